@@ -1,0 +1,61 @@
+# jobfit — the README's two commands are `make demo` and `make test`; both set up what they need first.
+# Every step is a file target, so a second run does nothing unless its inputs changed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+# Delta Lake's Spark jars for pyspark 4.2 (Scala 2.13); fetched from Maven Central once, used offline after.
+DELTA_VERSION := 4.4.0
+DELTA_JARS := io.delta:delta-spark_4.2_2.13:$(DELTA_VERSION) io.delta:delta-storage:$(DELTA_VERSION)
+JARS_DIR := .jars
+APT_PACKAGES := libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 poppler-utils fonts-dejavu-core
+
+.PHONY: setup demo test lint bench lock clean-setup
+setup: .cache/apt.stamp $(VENV)/.stamp $(JARS_DIR)/.stamp
+
+.cache/apt.stamp: Makefile
+	@mkdir -p .cache
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing Debian packages: $$missing" >&2; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@touch $@
+
+$(VENV)/.stamp: requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	@$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	@touch $@
+
+$(JARS_DIR)/.stamp: Makefile
+	@command -v mvn >/dev/null || { echo "setup: Maven (mvn) is needed once to fetch Delta's jars; apt-get install maven" >&2; exit 2; }
+	@mkdir -p $(JARS_DIR)
+	@for a in $(DELTA_JARS); do \
+	  mvn -q -B dependency:copy -Dartifact=$$a -DoutputDirectory=$(JARS_DIR) >/dev/null || { echo "setup: could not fetch $$a" >&2; exit 2; }; \
+	done
+	@touch $@
+
+demo: setup
+	$(BIN)/jobfit demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Re-resolve requirements.in into requirements.lock (run by a developer, not by setup).
+lock: $(VENV)/.stamp
+	$(BIN)/uv pip compile -q --python-version 3.11 requirements.in -o requirements.lock
+
+clean-setup:
+	rm -rf $(VENV) $(JARS_DIR) .cache/apt.stamp

@@ -1,0 +1,60 @@
+"""Build a Delta-enabled SparkSession from settings (local[*] by default, any master by configuration)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from conf import Settings
+
+_DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+# Small-machine defaults; each can be overridden through settings.spark.conf.
+_QUIET_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp",
+}
+
+
+def delta_jars(jars_dir: str) -> list[str]:
+    """The Delta jar files fetched by `make setup`, or [] when the folder is missing or empty."""
+    folder = Path(jars_dir)
+    return sorted(str(p.resolve()) for p in folder.glob("*.jar")) if folder.is_dir() else []
+
+
+def build_session(settings: Settings) -> SparkSession:
+    """A SparkSession with Delta Lake, the configured master and modest defaults for a 2-core machine."""
+    spark_settings = settings.spark
+    builder = SparkSession.builder.master(spark_settings.master).appName(spark_settings.app_name)
+    jars = delta_jars(spark_settings.jars_dir)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    else:
+        builder = builder.config("spark.jars.packages", spark_settings.delta_package)
+    conf = {
+        **_DELTA_CONF,
+        **_QUIET_CONF,
+        "spark.driver.memory": spark_settings.driver_memory,
+        "spark.sql.shuffle.partitions": str(spark_settings.shuffle_partitions),
+        # Only the catalog's own bookkeeping goes here; tables live at their warehouse paths.
+        "spark.sql.warehouse.dir": f"{settings.warehouse.rstrip('/')}/_catalog",
+        **spark_settings.conf,
+    }
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    # Executors must run the same interpreter (the project's virtualenv) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(spark_settings.log_level)
+    return session

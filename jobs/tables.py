@@ -1,0 +1,133 @@
+"""Delta table I/O: where each table lives, reading with its schema, idempotent MERGE writes, SQL names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf import Settings
+from pipelines.schemas import BRONZE_SOURCES, TABLES, TableSpec, bronze_spec
+
+
+@dataclass(frozen=True)
+class MergeCounts:
+    """What one MERGE did: rows inserted, updated, and source rows that changed nothing."""
+
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+    def __add__(self, other: MergeCounts) -> MergeCounts:
+        return MergeCounts(
+            self.inserted + other.inserted, self.updated + other.updated, self.unchanged + other.unchanged
+        )
+
+
+def spec_for(name: str) -> TableSpec:
+    """The TableSpec of a table name such as `silver.jobs` or `bronze.sacct`."""
+    if name.startswith("bronze."):
+        return bronze_spec(name.split(".", 1)[1])
+    if name not in TABLES:
+        raise KeyError(f"unknown table {name!r}; known: {', '.join(sorted(TABLES))}")
+    return TABLES[name]
+
+
+def table_path(settings: Settings, name: str) -> str:
+    """Where a table lives under the warehouse URI: <warehouse>/<layer>/<table> (quarantine at the top)."""
+    root = settings.warehouse.rstrip("/")
+    return f"{root}/{name.replace('.', '/')}"
+
+
+def table_exists(spark: SparkSession, settings: Settings, name: str) -> bool:
+    """Whether the Delta table has been written at least once."""
+    return DeltaTable.isDeltaTable(spark, table_path(settings, name))
+
+
+def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+    """The table as a DataFrame; an empty frame with the declared schema when it was never written."""
+    if table_exists(spark, settings, name):
+        return spark.read.format("delta").load(table_path(settings, name))
+    return spark.createDataFrame([], spec_for(name).schema)
+
+
+def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
+    """Select the spec's columns in order, cast to its types; fails loudly on a missing column."""
+    missing = [f.name for f in spec.schema.fields if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"{spec.name}: frame lacks columns {missing}")
+    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in spec.schema.fields])
+
+
+def ensure_table(spark: SparkSession, settings: Settings, spec: TableSpec) -> DeltaTable:
+    """Create the table with its declared schema when missing; return it."""
+    path = table_path(settings, spec.name)
+    return (
+        DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema).execute()
+        if not DeltaTable.isDeltaTable(spark, path)
+        else DeltaTable.forPath(spark, path)
+    )
+
+
+def _last_merge_counts(table: DeltaTable) -> MergeCounts:
+    metrics = table.history(1).select("operation", "operationMetrics").first()
+    if metrics is None or metrics["operation"] != "MERGE":
+        return MergeCounts()
+    m = metrics["operationMetrics"] or {}
+    inserted = int(m.get("numTargetRowsInserted", 0))
+    updated = int(m.get("numTargetRowsUpdated", 0))
+    source = int(m.get("numSourceRows", 0))
+    return MergeCounts(inserted=inserted, updated=updated, unchanged=max(source - inserted - updated, 0))
+
+
+def merge_into(
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    df: DataFrame,
+    update_when: str | None = None,
+    insert_only: bool = False,
+) -> MergeCounts:
+    """MERGE `df` into the table on its natural key: insert new keys; update matched rows where
+    `update_when` (a SQL condition over `t.` target and `s.` source) holds, or always when it is None.
+    The source must hold one row per key."""
+    spec = spec_for(name)
+    table = ensure_table(spark, settings, spec)
+    source = conform(df, spec)
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
+    merge = table.alias("t").merge(source.alias("s"), on)
+    if not insert_only:
+        merge = merge.whenMatchedUpdateAll(condition=update_when)
+    merge.whenNotMatchedInsertAll().execute()
+    return _last_merge_counts(table)
+
+
+def replace_where(spark: SparkSession, settings: Settings, name: str, df: DataFrame, predicate: str) -> None:
+    """Overwrite exactly the rows matching `predicate` (e.g. one cluster-month) with `df`: rerunnable."""
+    spec = spec_for(name)
+    ensure_table(spark, settings, spec)
+    (
+        conform(df, spec)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", predicate)
+        .save(table_path(settings, name))
+    )
+
+
+def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
+    """Make every written table queryable by name in Spark SQL (`silver.jobs`, `gold.job_usage`, ...)."""
+    names = sorted(set(TABLES) | {f"bronze.{source}" for source in BRONZE_SOURCES})
+    registered = []
+    for name in names:
+        if not table_exists(spark, settings, name):
+            continue
+        if "." in name:
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS `{name.split('.')[0]}`")
+        # Re-point the name each time: the warehouse may differ between calls in one session.
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{table_path(settings, name)}'")
+        registered.append(name)
+    return registered

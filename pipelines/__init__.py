@@ -1,0 +1,1 @@
+"""Pure transforms: DataFrame in, DataFrame out (parsing, cleaning, joins, waste, failure causes)."""

@@ -1,0 +1,173 @@
+"""Every table's schema, grain and key, declared once (used for raw reads and checked before writes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import types as T
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A Delta table: its name (`layer.table`), schema and natural key (the MERGE condition)."""
+
+    name: str
+    schema: T.StructType
+    key: tuple[str, ...]
+    grain: str
+
+    @property
+    def layer(self) -> str:
+        return self.name.split(".")[0]
+
+    @property
+    def table(self) -> str:
+        return self.name.split(".")[-1]
+
+
+def _fields(*spec: tuple[str, T.DataType, bool]) -> T.StructType:
+    return T.StructType([T.StructField(name, dtype, nullable) for name, dtype, nullable in spec])
+
+
+S, L, INT, D, TS, B = (
+    T.StringType(),
+    T.LongType(),
+    T.IntegerType(),
+    T.DoubleType(),
+    T.TimestampType(),
+    T.BooleanType(),
+)
+
+# Raw lines as read, one row per line of a source file. The same file (by content hash) adds nothing twice.
+BRONZE_SCHEMA = _fields(
+    ("cluster", S, False),
+    ("source_file", S, False),
+    ("file_sha256", S, False),
+    ("line_no", L, False),
+    ("raw", S, True),
+    ("ingested_at", TS, False),
+)
+BRONZE_KEY = ("cluster", "file_sha256", "line_no")
+
+QUARANTINE = TableSpec(
+    name="quarantine",
+    schema=_fields(
+        ("cluster", S, False),
+        ("source", S, False),  # sacct | k8s | scripts | dcgm | swf | logs
+        ("source_file", S, False),
+        ("line_no", L, False),
+        ("raw", S, True),
+        ("reason", S, False),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "source", "source_file", "line_no"),
+    grain="one rejected record (a line, or a JSON object) of a source file",
+)
+
+# One row per job allocation, Slurm, Kubernetes and SWF alike. Memory in bytes, times in seconds (UTC).
+SILVER_JOBS = TableSpec(
+    name="silver.jobs",
+    schema=_fields(
+        ("cluster", S, False),
+        (
+            "job_id",
+            S,
+            False,
+        ),  # as the scheduler shows it: 123, 123_4, 123+0; k8s: namespace/pod; swf: job no.
+        ("source", S, False),  # slurm | k8s | swf
+        ("job_id_raw", S, True),  # Slurm JobIDRaw; k8s pod uid
+        ("array_job_id", S, True),
+        ("array_task_id", S, True),  # a number, or a pending range such as [1-5]
+        ("het_job_id", S, True),
+        ("het_job_offset", INT, True),
+        ("job_name", S, True),
+        ("user", S, True),
+        ("account", S, True),
+        ("partition", S, True),  # Slurm partition; Kubernetes namespace; SWF partition number
+        ("qos", S, True),
+        ("state", S, False),  # normalised, see pipelines.states.JOB_STATES
+        ("state_raw", S, True),
+        ("cancelled_by", S, True),  # uid from "CANCELLED by 1234"
+        ("exit_code", INT, True),
+        ("exit_signal", INT, True),
+        ("derived_exit_code", INT, True),
+        ("derived_exit_signal", INT, True),
+        ("submit_ts", TS, True),
+        ("start_ts", TS, True),
+        ("end_ts", TS, True),
+        ("elapsed_s", L, True),
+        ("timelimit_s", L, True),  # null when UNLIMITED or unknown
+        ("req_cpus", INT, True),
+        ("alloc_cpus", INT, True),
+        ("req_mem_bytes", L, True),  # whole-job total (per-CPU/per-node requests multiplied out)
+        ("alloc_mem_bytes", L, True),
+        ("req_gpus", INT, True),
+        ("alloc_gpus", INT, True),
+        ("gpu_model", S, True),
+        ("nodes", INT, True),
+        ("node_list", S, True),
+        ("ntasks", INT, True),
+        ("total_cpu_s", D, True),
+        ("max_rss_bytes", L, True),  # peak over steps of MaxRSS x tasks (reportseff/seff)
+        ("gpu_mem_peak_bytes", L, True),  # from TRESUsageInMax gres/gpumem when Slurm records it
+        ("gpu_util_peak_pct", D, True),  # from TRESUsageInMax gres/gpuutil
+        ("script_hash", S, True),
+        ("is_final", B, False),  # the state is terminal: later dumps cannot change the row
+        ("source_file", S, True),
+        ("line_no", L, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id"),
+    grain="one job allocation (array tasks and het-job components are rows of their own)",
+)
+
+SILVER_JOB_STEPS = TableSpec(
+    name="silver.job_steps",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),
+        ("step_id", S, False),  # batch | extern | interactive | 0 | 1 | ...
+        ("step_name", S, True),
+        ("state", S, False),
+        ("state_raw", S, True),
+        ("exit_code", INT, True),
+        ("exit_signal", INT, True),
+        ("start_ts", TS, True),
+        ("end_ts", TS, True),
+        ("elapsed_s", L, True),
+        ("alloc_cpus", INT, True),
+        ("ntasks", INT, True),
+        ("nodes", INT, True),
+        ("node_list", S, True),
+        ("total_cpu_s", D, True),
+        ("max_rss_bytes", L, True),  # the largest task's RSS on its node
+        ("ave_rss_bytes", L, True),
+        ("gpu_mem_peak_bytes", L, True),
+        ("gpu_util_peak_pct", D, True),
+        ("tres_usage_in_max", S, True),
+        ("tres_usage_in_tot", S, True),
+        ("source_file", S, True),
+        ("line_no", L, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id", "step_id"),
+    grain="one job step (.batch, .extern, .N)",
+)
+
+
+# Raw sources, one bronze table each.
+BRONZE_SOURCES = ("sacct", "k8s_pods", "job_scripts", "gpu_samples", "swf", "logs")
+
+
+def bronze_spec(source: str) -> TableSpec:
+    """The bronze table for a raw source (sacct, k8s_pods, job_scripts, gpu_samples, swf, logs)."""
+    return TableSpec(
+        name=f"bronze.{source}",
+        schema=BRONZE_SCHEMA,
+        key=BRONZE_KEY,
+        grain="one raw line (or JSON object) of a source file",
+    )
+
+
+# Every table jobfit writes, by name. A new table declares its TableSpec above and is listed here.
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (QUARANTINE, SILVER_JOBS, SILVER_JOB_STEPS)}

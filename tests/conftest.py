@@ -1,0 +1,87 @@
+"""One Spark session for the whole test run; each test gets its own warehouse under tmp_path."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from conf import load_settings
+from jobs.cli import main
+from jobs.context import Context
+from jobs.spark import build_session
+
+REPO = Path(__file__).resolve().parents[1]
+REAL = Path(os.environ.get("JOBFIT_REAL_DATA", REPO.parent / "shared" / "data" / "real"))
+
+
+@pytest.fixture(scope="session")
+def real_data() -> Path:
+    """../shared/data/real (read-only records written by other people)."""
+    if not REAL.is_dir():
+        pytest.fail(f"real data folder missing: {REAL} (set JOBFIT_REAL_DATA)")
+    return REAL
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    warehouse = tmp_path_factory.mktemp("session-warehouse")
+    settings = load_settings(
+        {
+            "JOBFIT_WAREHOUSE": str(warehouse),
+            "JOBFIT_SPARK__MASTER": "local[2]",
+            "JOBFIT_SPARK__SHUFFLE_PARTITIONS": "2",
+            "JOBFIT_SPARK__DRIVER_MEMORY": "3g",
+            "JOBFIT_SPARK__JARS_DIR": str(REPO / ".jars"),
+        }
+    )
+    session = build_session(settings)
+    yield session
+    session.stop()
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    return tmp_path / "warehouse"
+
+
+@pytest.fixture
+def make_ctx(spark: SparkSession, warehouse: Path, tmp_path: Path) -> Callable[..., Context]:
+    """A Context on the shared session, with this test's warehouse, MLflow store and outbox."""
+
+    def _make(**env: str) -> Context:
+        environ = {
+            "JOBFIT_WAREHOUSE": str(warehouse),
+            "JOBFIT_OUTBOX": str(tmp_path / "outbox"),
+            "JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+            **{f"JOBFIT_{k.upper()}": v for k, v in env.items()},
+        }
+        ctx = Context(environ=environ, quiet=False)
+        ctx.use_spark(spark)
+        return ctx
+
+    return _make
+
+
+@pytest.fixture
+def jobfit(make_ctx: Callable[..., Context], capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `jobfit ARGS...` in-process on the shared session; returns exit code, stdout, stderr."""
+
+    def _run(*args: str, **env: str) -> CliResult:
+        capsys.readouterr()
+        code = main(list(args), ctx=make_ctx(**env))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return _run

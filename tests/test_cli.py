@@ -1,0 +1,52 @@
+"""The CLI contract: --help works, bad arguments exit 2 with one line, sql reads the tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from pyspark.sql import Row
+
+from jobs.tables import merge_into
+
+
+def test_help_lists_commands() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "sql" in out.stdout
+
+
+def test_unknown_command_is_one_line_exit_2() -> None:
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "frobnicate"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "invalid choice" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_sql_over_a_registered_table(jobfit, make_ctx) -> None:
+    ctx = make_ctx()
+    rows = [
+        Row(
+            cluster="c1",
+            source="sacct",
+            source_file="f.txt",
+            line_no=3,
+            raw="x|y",
+            reason="bad field count",
+            ingested_at=ctx.now(),
+        )
+    ]
+    merge_into(ctx.spark, ctx.settings, "quarantine", ctx.spark.createDataFrame(rows), insert_only=True)
+    res = jobfit("sql", "SELECT reason, line_no FROM quarantine", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["rows"] == [{"reason": "bad field count", "line_no": 3}]
+
+
+def test_sql_error_is_one_line(jobfit) -> None:
+    res = jobfit("sql", "SELEC nonsense")
+    assert res.code == 2
+    assert res.err.startswith("jobfit: error: query failed")
+    assert res.err.count("\n") == 1
