@@ -11,7 +11,7 @@ from conf import ConfigError
 from jobs.context import Context, DataError, UsageError
 
 # The public CLI contract (DESIGN.md); a command is listed here once it exists.
-COMMANDS = ("sql",)
+COMMANDS = ("ingest", "sql")
 
 
 class _Parser(argparse.ArgumentParser):

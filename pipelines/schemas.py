@@ -155,6 +155,81 @@ SILVER_JOB_STEPS = TableSpec(
 )
 
 
+# One GPU (or MIG instance) sample at one time, from dcgm-exporter scrapes or archives. A GPU shared by
+# N jobs is scraped as N labelled copies of each series: one row per copy, never summed.
+SILVER_GPU_SAMPLES = TableSpec(
+    name="silver.gpu_samples",
+    schema=_fields(
+        ("cluster", S, False),
+        ("host", S, False),  # from the Hostname or hostname label
+        ("device", S, False),  # the GPU's key: UUID, plus "/gi<N>" for a MIG instance
+        ("gpu", INT, True),  # device index (label gpu)
+        ("uuid", S, True),
+        ("model_name", S, True),
+        ("mig_gi_id", INT, True),
+        ("mig_profile", S, True),
+        ("ts", TS, False),
+        ("gpu_util_pct", D, True),  # DCGM_FI_DEV_GPU_UTIL
+        ("fb_used_bytes", L, True),  # DCGM_FI_DEV_FB_USED (MiB in the exporter) in bytes
+        ("fb_total_bytes", L, True),  # FB_USED + FB_FREE
+        ("sm_active_frac", D, True),  # DCGM_FI_PROF_SM_ACTIVE, 0..1
+        ("tensor_active_frac", D, True),  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, 0..1
+        ("power_w", D, True),  # DCGM_FI_DEV_POWER_USAGE
+        ("xid", INT, True),  # DCGM_FI_DEV_XID_ERRORS (last Xid; 0 = none)
+        ("label_job", S, False),  # the hpc_job label, or namespace/pod; "" when the series has none
+        ("job_id", S, True),  # attributed job (silver.jobs key); null when none or ambiguous
+        ("attribution", S, False),  # label | overlap | ambiguous | unattributed
+        ("source_file", S, True),
+        ("line_no", L, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "host", "device", "ts", "label_job"),
+    grain="one GPU or MIG-instance sample at one timestamp (per label copy)",
+)
+
+# One job script by content; silver.job_scripts links jobs to it.
+SILVER_SCRIPTS = TableSpec(
+    name="silver.scripts",
+    schema=_fields(
+        ("cluster", S, False),
+        ("script_hash", S, False),  # sha256 of the script text
+        ("directives_json", S, True),  # every parsed #SBATCH/#PBS option, as given, as a JSON object
+        ("req_cpus_per_task", INT, True),
+        ("req_ntasks", INT, True),
+        ("req_nodes", INT, True),
+        ("req_mem_bytes", L, True),  # whole-job total where computable (per-cpu/per-node multiplied out)
+        ("req_gpus", INT, True),
+        ("gpu_type", S, True),
+        ("timelimit_s", L, True),
+        ("partition", S, True),
+        ("array_spec", S, True),
+        ("frameworks", S, True),  # comma-separated: pytorch, deepspeed, tensorflow, jax, lammps, gromacs, ...
+        ("launcher", S, True),  # torchrun | deepspeed | accelerate | mpirun | srun | python | ...
+        ("model_name", S, True),
+        ("batch_size", INT, True),
+        ("precision", S, True),  # bf16 | fp16 | fp32 | int8 | ...
+        ("n_ranks", INT, True),
+        ("input_paths", S, True),
+        ("text", S, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "script_hash"),
+    grain="one distinct job script (by content hash)",
+)
+
+SILVER_JOB_SCRIPTS = TableSpec(
+    name="silver.job_scripts",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),
+        ("script_hash", S, False),
+        ("source_file", S, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id"),
+    grain="one job's batch script",
+)
+
 # Raw sources, one bronze table each.
 BRONZE_SOURCES = ("sacct", "k8s_pods", "job_scripts", "gpu_samples", "swf", "logs")
 
@@ -170,4 +245,14 @@ def bronze_spec(source: str) -> TableSpec:
 
 
 # Every table jobfit writes, by name. A new table declares its TableSpec above and is listed here.
-TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (QUARANTINE, SILVER_JOBS, SILVER_JOB_STEPS)}
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in (
+        QUARANTINE,
+        SILVER_JOBS,
+        SILVER_JOB_STEPS,
+        SILVER_GPU_SAMPLES,
+        SILVER_SCRIPTS,
+        SILVER_JOB_SCRIPTS,
+    )
+}

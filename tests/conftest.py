@@ -35,7 +35,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             "JOBFIT_WAREHOUSE": str(warehouse),
             "JOBFIT_SPARK__MASTER": "local[2]",
             "JOBFIT_SPARK__SHUFFLE_PARTITIONS": "2",
-            "JOBFIT_SPARK__DRIVER_MEMORY": "3g",
+            "JOBFIT_SPARK__DRIVER_MEMORY": "2g",
             "JOBFIT_SPARK__JARS_DIR": str(REPO / ".jars"),
         }
     )
