@@ -35,7 +35,7 @@ $(JARS_DIR)/.stamp: Makefile
 	@command -v mvn >/dev/null || { echo "setup: Maven (mvn) is needed once to fetch Delta's jars; apt-get install maven" >&2; exit 2; }
 	@mkdir -p $(JARS_DIR)
 	@for a in $(DELTA_JARS); do \
-	  mvn -q -B dependency:copy -Dartifact=$$a -DoutputDirectory=$(JARS_DIR) >/dev/null || { echo "setup: could not fetch $$a" >&2; exit 2; }; \
+	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=$$a -DoutputDirectory=$(JARS_DIR) >/dev/null || { echo "setup: could not fetch $$a" >&2; exit 2; }; \
 	done
 	@touch $@
 
