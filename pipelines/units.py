@@ -57,7 +57,7 @@ def parse_mem_bytes(text: str) -> int | None:
 def parse_req_mem(text: str) -> tuple[int, str] | None:
     """sacct `ReqMem` as (bytes, kind): kind is `cpu` for the pre-21.08 `Mc` form (per allocated CPU),
     `node` for `Mn` (per node), `job` for the newer unsuffixed form (`16G`, the job's total). A bare
-    number is MiB, as Slurm stores requests. `0n` is (0, "node"): "all of each node's memory". Empty → None."""
+    number is MiB, as Slurm stores requests. `0n` is (0, "node"): all of each node's memory. Empty → None."""
     s = text.strip()
     if not s:
         return None
@@ -107,7 +107,7 @@ def parse_duration_s(text: str) -> float | None:
     if any("." in p for p in parts[:-1]) or (has_day and "." in s) or (not has_day and "." in parts[0]):
         raise ValueError(f"not a Slurm duration: {text!r}")
     if has_day:  # D-HH[:MM[:SS]]
-        hh, mm, ss = (parts + ["0", "0"])[:3]
+        hh, mm, ss = [*parts, "0", "0"][:3]
         return int(days) * 86400 + int(hh) * 3600 + int(mm) * 60 + float(ss)
     if len(parts) == 1:  # minutes only
         return int(parts[0]) * 60.0
