@@ -230,6 +230,147 @@ SILVER_JOB_SCRIPTS = TableSpec(
     grain="one job's batch script",
 )
 
+# Gold: per-job usage and waste (pipelines/waste.py states the formulas), and the month rollups
+# (pipelines/gold.py). Hours are full-GPU / core / GiB hours; dollars by the cluster's price sheet.
+# GPU figures are null when the job has no telemetry ("unknown", never 0 %); coverage stands beside them.
+GOLD_JOB_USAGE = TableSpec(
+    name="gold.job_usage",
+    schema=_fields(
+        ("cluster", S, False),
+        ("month", S, False),  # YYYY-MM (UTC) of end_ts
+        ("job_id", S, False),
+        ("source", S, True),
+        ("user", S, True),
+        ("account", S, True),
+        ("partition", S, True),
+        ("state", S, True),
+        ("start_ts", TS, True),
+        ("end_ts", TS, True),
+        ("elapsed_s", L, True),
+        ("timelimit_s", L, True),
+        ("time_eff_pct", D, True),  # elapsed / time limit
+        ("alloc_cpus", INT, True),
+        ("total_cpu_s", D, True),
+        ("cpu_alloc_core_h", D, True),
+        ("cpu_used_core_h", D, True),
+        ("cpu_wasted_core_h", D, True),
+        ("cpu_eff_pct", D, True),
+        ("req_mem_bytes", L, True),
+        ("max_rss_bytes", L, True),
+        ("mem_alloc_gib_h", D, True),
+        ("mem_used_gib_h", D, True),
+        ("mem_wasted_gib_h", D, True),
+        ("mem_eff_pct", D, True),
+        ("alloc_gpus", INT, True),
+        ("gpu_model", S, True),  # as the price sheet names it when known
+        ("mig_profile", S, True),
+        ("gpu_fraction", D, True),  # share of a whole GPU per device (MIG: compute slices / 7)
+        ("gpu_share", D, True),  # the job's share of its GPUs' sampled time (1/N when N jobs share a GPU)
+        ("has_gpu_telemetry", B, True),
+        ("gpu_coverage_pct", D, True),  # share of the job's GPU-time with samples; null for CPU-only jobs
+        ("gpu_alloc_h", D, True),
+        ("gpu_util_mean_pct", D, True),
+        ("gpu_used_h", D, True),
+        ("gpu_idle_h", D, True),
+        ("gpu_underused_h", D, True),
+        ("vram_peak_bytes", L, True),
+        ("vram_card_bytes", L, True),
+        ("vram_peak_pct", D, True),
+        ("vram_fits", S, True),  # smallest GPU or MIG profile of the cluster holding the peak
+        ("failure_cause", S, True),
+        ("failure_cause_from", S, True),  # gold.failures | state
+        ("is_user_fixable_failure", B, True),
+        ("cpu_alloc_usd", D, True),
+        ("mem_alloc_usd", D, True),
+        ("gpu_alloc_usd", D, True),
+        ("alloc_usd", D, True),
+        ("cpu_wasted_usd", D, True),
+        ("mem_wasted_usd", D, True),
+        ("gpu_idle_usd", D, True),  # part of gpu_underused_usd, not added to wasted_usd
+        ("gpu_underused_usd", D, True),
+        ("failed_run_usd", D, True),
+        ("wasted_usd", D, True),
+    ),
+    key=("cluster", "job_id"),
+    grain="one finished job allocation, in the month (UTC) it ended",
+)
+
+_MONTH_MEASURES = (
+    ("jobs", L, False),
+    ("gpu_jobs", L, False),
+    ("gpu_jobs_no_telemetry", L, False),
+    ("failed_user_fixable_jobs", L, False),
+    ("cpu_alloc_core_h", D, True),
+    ("cpu_used_core_h", D, True),
+    ("cpu_wasted_core_h", D, True),
+    ("mem_alloc_gib_h", D, True),
+    ("mem_used_gib_h", D, True),
+    ("mem_wasted_gib_h", D, True),
+    ("gpu_alloc_h", D, True),
+    ("gpu_used_h", D, True),
+    ("gpu_idle_h", D, True),
+    ("gpu_underused_h", D, True),
+    ("cpu_alloc_usd", D, True),
+    ("mem_alloc_usd", D, True),
+    ("gpu_alloc_usd", D, True),
+    ("alloc_usd", D, True),
+    ("cpu_wasted_usd", D, True),
+    ("mem_wasted_usd", D, True),
+    ("gpu_idle_usd", D, True),
+    ("gpu_underused_usd", D, True),
+    ("failed_run_usd", D, True),
+    ("wasted_usd", D, True),
+    ("gpu_alloc_known_h", D, True),  # GPU-hours of jobs whose utilisation is known
+    ("gpu_coverage_pct", D, True),
+    ("cpu_eff_pct", D, True),
+    ("mem_eff_pct", D, True),
+    ("gpu_util_mean_pct", D, True),
+    ("wasted_share_pct", D, True),  # the headline: wasted $ / allocated $
+)
+
+
+def _top(item: str) -> T.ArrayType:
+    return T.ArrayType(_fields((item, S, True), ("wasted_usd", D, True)), containsNull=False)
+
+
+GOLD_USER_MONTH = TableSpec(
+    name="gold.user_month",
+    schema=_fields(
+        ("cluster", S, False),
+        ("month", S, False),
+        ("user", S, True),
+        *_MONTH_MEASURES,
+        ("top_jobs", _top("job_id"), True),
+    ),
+    key=("cluster", "month", "user"),
+    grain="one user's finished jobs in one cluster-month",
+)
+GOLD_ACCOUNT_MONTH = TableSpec(
+    name="gold.account_month",
+    schema=_fields(
+        ("cluster", S, False),
+        ("month", S, False),
+        ("account", S, True),
+        *_MONTH_MEASURES,
+        ("top_users", _top("user"), True),
+    ),
+    key=("cluster", "month", "account"),
+    grain="one account's finished jobs in one cluster-month",
+)
+GOLD_CLUSTER_MONTH = TableSpec(
+    name="gold.cluster_month",
+    schema=_fields(
+        ("cluster", S, False),
+        ("month", S, False),
+        *_MONTH_MEASURES,
+        ("top_users", _top("user"), True),
+        ("source_watermark_ts", TS, True),  # latest silver ingested_at the month was built from
+        ("price_sheet_json", S, True),  # the prices used
+    ),
+    key=("cluster", "month"),
+    grain="one cluster-month",
+)
+
 # Raw sources, one bronze table each.
 BRONZE_SOURCES = ("sacct", "k8s_pods", "job_scripts", "gpu_samples", "swf", "logs")
 
@@ -254,5 +395,9 @@ TABLES: dict[str, TableSpec] = {
         SILVER_GPU_SAMPLES,
         SILVER_SCRIPTS,
         SILVER_JOB_SCRIPTS,
+        GOLD_JOB_USAGE,
+        GOLD_USER_MONTH,
+        GOLD_ACCOUNT_MONTH,
+        GOLD_CLUSTER_MONTH,
     )
 }
