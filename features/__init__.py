@@ -1,0 +1,1 @@
+"""Submit-time feature tables for prediction: request fields, script features, text embedding, history."""

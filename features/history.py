@@ -1,0 +1,78 @@
+"""Per-group history as of submit time: a job sees only jobs of its group that ENDED before it was submitted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# Statistics kept per (group, value); each becomes a column `<prefix>_<value>_<stat>`.
+HISTORY_STATS = ("n", "last", "last2", "p50", "p90", "p95", "max", "trend", "since_s")
+
+
+def _group_codes(
+    history: pd.DataFrame, queries: pd.DataFrame, keys: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One integer code per distinct key tuple, shared by history and queries (nulls are a key of their own)."""
+    both = pd.concat([history[keys], queries[keys]], ignore_index=True).astype("string").fillna("\x00")
+    codes = both.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    return codes[: len(history)], codes[len(history) :]
+
+
+def history_stats(history: pd.DataFrame, values: list[str], code: np.ndarray) -> pd.DataFrame:
+    """Running stats per group over jobs ordered by end time: the state right after each job ended.
+
+    Values are summarised on a log scale (they are positive quantities); `last2` is the mean of the last
+    two values (Tsafrir, Etsion & Feitelson 2007), `trend` the last log value minus the running log mean."""
+    frame = pd.DataFrame({"_code": code, "_end": history["end_ts"].to_numpy()})
+    for value in values:
+        frame[value] = np.log(history[value].astype("float64").clip(lower=1e-9).to_numpy())
+    frame = frame.sort_values(["_code", "_end"], kind="mergesort").reset_index(drop=True)
+    grouped = frame.groupby("_code", sort=False)
+    out = pd.DataFrame({"_code": frame["_code"], "_end": frame["_end"]})
+    out["n"] = grouped.cumcount() + 1
+    for value in values:
+        col = frame[value]
+        by = col.groupby(frame["_code"], sort=False)
+        expanding = by.expanding()
+        prev = by.shift(1)
+        out[f"{value}_last"] = col
+        out[f"{value}_last2"] = np.where(prev.notna(), np.log((np.exp(col) + np.exp(prev)) / 2), col)
+        out[f"{value}_mean"] = expanding.mean().reset_index(level=0, drop=True)
+        for q in (50, 90, 95):
+            out[f"{value}_p{q}"] = expanding.quantile(q / 100).reset_index(level=0, drop=True)
+        out[f"{value}_max"] = by.cummax()
+        out[f"{value}_trend"] = col - out[f"{value}_mean"]
+    # Several jobs of one group ending at the same instant: the state after the last of them.
+    return out.drop_duplicates(["_code", "_end"], keep="last")
+
+
+def with_history(
+    history: pd.DataFrame, queries: pd.DataFrame, keys: list[str], values: list[str], prefix: str
+) -> pd.DataFrame:
+    """Queries plus `<prefix>_n`, `<prefix>_since_s` and, per value, its last/last2/p50/p90/p95/max/trend
+    (log scale) over the group's jobs whose `end_ts` is strictly before the query's `submit_ts`.
+
+    `history` needs `end_ts` (no nulls), the key columns and the value columns (positive, no nulls);
+    `queries` needs `submit_ts` and the key columns. A group with no ended job gets n = 0 and nulls."""
+    hist_code, query_code = _group_codes(history, queries, keys)
+    stats = history_stats(history, values, hist_code).sort_values("_end", kind="mergesort")
+    left = pd.DataFrame(
+        {"_code": query_code, "_submit": queries["submit_ts"].to_numpy(), "_row": np.arange(len(queries))}
+    ).sort_values("_submit", kind="mergesort")
+    joined = pd.merge_asof(
+        left,
+        stats,
+        left_on="_submit",
+        right_on="_end",
+        by="_code",
+        direction="backward",
+        allow_exact_matches=False,  # a job that ended at the very second of submission was not visible yet
+    ).sort_values("_row")
+    result = queries.copy()
+    result[f"{prefix}_n"] = joined["n"].fillna(0).astype("int64").to_numpy()
+    since = (joined["_submit"] - joined["_end"]).dt.total_seconds()
+    result[f"{prefix}_since_s"] = since.to_numpy()
+    for value in values:
+        for stat in ("last", "last2", "p50", "p90", "p95", "max", "trend"):
+            result[f"{prefix}_{value}_{stat}"] = joined[f"{value}_{stat}"].to_numpy()
+    return result

@@ -1,0 +1,202 @@
+"""The per-cluster training table: one row per finished job, submit-time features, targets and censoring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from features.history import with_history
+from features.scripts import SCRIPT_CATEGORICAL, SCRIPT_NUMERIC, with_script_features
+
+# Silver.jobs states whose row says nothing about what the job needed (it never ran to a peak).
+UNUSABLE_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "BOOT_FAIL", "UNKNOWN"}
+)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A predicted quantity: its column in the table, the request it is compared with, the weight that
+    turns (request - recommendation) into resource-time, and the smallest meaningful value."""
+
+    name: str
+    actual: str
+    request: str
+    weight: str
+    unit: str
+    floor: float
+
+
+TARGETS: dict[str, TargetSpec] = {
+    # Memory and VRAM waste is GiB-seconds: (requested - recommended) x elapsed.
+    "mem": TargetSpec("mem", "mem_peak_bytes", "mem_req_bytes", "elapsed_s", "bytes", 2.0**20),
+    "vram": TargetSpec("vram", "vram_peak_bytes", "vram_req_bytes", "elapsed_s", "bytes", 2.0**20),
+    # CPUs actually used = total CPU time / elapsed; waste in core-seconds.
+    "cpus": TargetSpec("cpus", "cpus_used", "cpus_req", "elapsed_s", "cpus", 0.01),
+    # Runtime waste is reserved core-seconds: (time limit - recommended) x allocated CPUs.
+    "runtime": TargetSpec("runtime", "runtime_s", "runtime_req_s", "cpus_alloc", "s", 1.0),
+}
+
+# A censored job (OOM, TIMEOUT, saturated CPUs) needed at least its limit; to count as "met" a
+# recommendation must exceed the limit by this factor (VPA's OOM bump is max(+100 MiB, x1.2)).
+CENSOR_BUMP = {"mem": 1.2, "vram": 1.2, "cpus": 1.0, "runtime": 1.2}
+# CPUs count as saturated (a lower bound) when the job used this share of what it had.
+CPU_SATURATED_FRAC = 0.98
+
+REQUEST_NUMERIC = (
+    "req_cpus_f",
+    "req_mem_log",
+    "req_mem_per_cpu_log",
+    "req_gpus_f",
+    "timelimit_log",
+    "nodes_f",
+    "ntasks_f",
+    "submit_hour",
+    "submit_dow",
+)
+JOB_CATEGORICAL = ("user", "account", "partition", "qos", "gpu_model")
+HISTORY_GROUPS = {"u": ["user"], "us": ["user", "script_key"]}
+
+
+def _log(series: pd.Series) -> pd.Series:
+    values = series.astype("float64")
+    return np.log(values.where(values > 0))
+
+
+def with_targets(jobs: pd.DataFrame, gpu_mem_bytes: dict[str, float]) -> pd.DataFrame:
+    """Jobs plus per-target actual, request and censoring columns (`<target>_censored`, `<target>_required`).
+
+    `gpu_mem_bytes` maps GPU model names to memory per GPU (the VRAM request is GPUs x that)."""
+    df = jobs.copy()
+    elapsed = df["elapsed_s"].astype("float64")
+    alloc_cpus = df["alloc_cpus"].astype("float64").fillna(df["req_cpus"].astype("float64"))
+    df["cpus_alloc"] = alloc_cpus
+    df["mem_peak_bytes"] = df["max_rss_bytes"].astype("float64")
+    df["mem_req_bytes"] = (
+        df["req_mem_bytes"].astype("float64").fillna(df["alloc_mem_bytes"].astype("float64"))
+    )
+    df["vram_peak_bytes"] = df["gpu_mem_peak_bytes"].astype("float64")
+    per_gpu = df["gpu_model"].map(gpu_mem_bytes).astype("float64")
+    gpus = df["req_gpus"].astype("float64").fillna(df["alloc_gpus"].astype("float64"))
+    df["vram_req_bytes"] = (gpus * per_gpu).where(gpus > 0)
+    df["cpus_used"] = (df["total_cpu_s"].astype("float64") / elapsed).where(elapsed > 0)
+    df["cpus_req"] = df["req_cpus"].astype("float64").fillna(alloc_cpus)
+    df["runtime_s"] = elapsed
+    df["runtime_req_s"] = df["timelimit_s"].astype("float64")
+    state = df["state"].astype(str)
+    censored = {
+        "mem": state.eq("OUT_OF_MEMORY"),
+        "vram": df["vram_peak_bytes"] >= 0.98 * df["vram_req_bytes"],
+        "cpus": df["cpus_used"] >= CPU_SATURATED_FRAC * alloc_cpus,
+        "runtime": state.eq("TIMEOUT") | (elapsed >= df["runtime_req_s"]),
+    }
+    limits = {
+        "mem": "mem_req_bytes",
+        "vram": "vram_req_bytes",
+        "cpus": "cpus_alloc",
+        "runtime": "runtime_req_s",
+    }
+    for name, spec in TARGETS.items():
+        actual = df[spec.actual].clip(lower=spec.floor)
+        is_censored = censored[name].fillna(False) & df[limits[name]].notna()
+        # The lower bound a censored job is known to have needed: what it had, or what it reached.
+        bound = np.fmax(actual, df[limits[name]])
+        df[spec.actual] = actual.where(~is_censored, bound)
+        df[f"{name}_censored"] = is_censored & df[spec.actual].notna()
+        df[f"{name}_required"] = df[spec.actual] * np.where(df[f"{name}_censored"], CENSOR_BUMP[name], 1.0)
+    return df
+
+
+def with_request_features(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Jobs plus numeric request and calendar features (log scale for sizes; hour and weekday, UTC)."""
+    df = jobs.copy()
+    df["req_cpus_f"] = df["req_cpus"].astype("float64")
+    df["req_mem_log"] = _log(df["req_mem_bytes"])
+    df["req_mem_per_cpu_log"] = _log(df["req_mem_bytes"].astype("float64") / df["req_cpus"].astype("float64"))
+    df["req_gpus_f"] = df["req_gpus"].astype("float64")
+    df["timelimit_log"] = _log(df["timelimit_s"])
+    df["nodes_f"] = df["nodes"].astype("float64")
+    df["ntasks_f"] = df["ntasks"].astype("float64")
+    submit = pd.to_datetime(df["submit_ts"])
+    df["submit_hour"] = submit.dt.hour.astype("float64")
+    df["submit_dow"] = submit.dt.dayofweek.astype("float64")
+    return df
+
+
+def filter_usable(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Jobs that ran and finished, with submit and end times: what history and training can use."""
+    keep = (
+        jobs["submit_ts"].notna()
+        & jobs["end_ts"].notna()
+        & jobs["elapsed_s"].fillna(0).gt(0)
+        & ~jobs["state"].isin(UNUSABLE_STATES)
+    )
+    return jobs[keep].reset_index(drop=True)
+
+
+def with_script_key(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Jobs plus `script_key`: the script hash, else the job name (SWF logs: the executable number)."""
+    df = jobs.copy()
+    df["script_key"] = df["script_hash"].fillna(df["job_name"]).fillna("")
+    return df
+
+
+def history_value_columns() -> list[str]:
+    """The values summarised in history features: each target's actual and its ratio to the request."""
+    return [f"{t}_hist" for t in TARGETS] + [f"{t}_ratio" for t in TARGETS]
+
+
+def _with_history_values(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for name, spec in TARGETS.items():
+        # A job without this measurement contributes a neutral 1 (log 0); its count still matters.
+        out[f"{name}_hist"] = out[spec.actual].fillna(1.0).clip(lower=spec.floor)
+        ratio = out[spec.actual] / out[spec.request]
+        out[f"{name}_ratio"] = ratio.where(ratio > 0).fillna(1.0)
+    return out
+
+
+def history_features(history: pd.DataFrame, queries: pd.DataFrame) -> pd.DataFrame:
+    """Queries plus user (`u_*`) and (user, script) (`us_*`) history as of each query's submit time.
+
+    `history` is a frame from `with_targets` + `with_script_key` (finished jobs); queries need
+    `submit_ts`, `user` and `script_key`. Only jobs that ended before a query's submit time count."""
+    values = _with_history_values(history)
+    out = queries
+    for prefix, keys in HISTORY_GROUPS.items():
+        out = with_history(values, out, keys, history_value_columns(), prefix)
+    return out
+
+
+def history_feature_columns() -> list[str]:
+    """Names of the history feature columns produced by `history_features`."""
+    cols = []
+    for prefix in HISTORY_GROUPS:
+        cols += [f"{prefix}_n", f"{prefix}_since_s"]
+        for value in history_value_columns():
+            cols += [f"{prefix}_{value}_{s}" for s in ("last", "last2", "p50", "p90", "p95", "max", "trend")]
+    return cols
+
+
+def base_feature_columns() -> tuple[list[str], list[str]]:
+    """(numeric, categorical) submit-time feature names before the text embedding."""
+    numeric = [*REQUEST_NUMERIC, *SCRIPT_NUMERIC, *history_feature_columns()]
+    categorical = [*JOB_CATEGORICAL, *SCRIPT_CATEGORICAL]
+    return numeric, categorical
+
+
+def build_training_table(
+    jobs: pd.DataFrame, scripts: pd.DataFrame, gpu_mem_bytes: dict[str, float]
+) -> pd.DataFrame:
+    """One row per finished job of a cluster, sorted by submit time: submit-time features, history as of
+    submit, and per-target actual/request/censored/required columns. Pure: frames in, frame out.
+
+    `jobs` has silver.jobs columns (plus `script_hash` filled from silver.job_scripts where linked);
+    `scripts` has silver.scripts columns."""
+    df = filter_usable(jobs)
+    df = with_script_key(with_targets(df, gpu_mem_bytes))
+    df = with_request_features(with_script_features(df, scripts))
+    df = history_features(df, df)
+    return df.sort_values(["submit_ts", "job_id"], kind="mergesort").reset_index(drop=True)

@@ -1,0 +1,77 @@
+"""Baselines computed beside the model on the same split: request, last-two average, history quantiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from features.table import TargetSpec
+from models.calibrate import conformal_offset, shortfall_scores
+
+# name -> (history column suffix per group, fixed log-margin or None when tuned on the calibration slice).
+# VPA/KRR: p90 + 15 % margin (kubernetes/autoscaler DefaultRecommenderConfig); Tsafrir et al. 2007: mean
+# of the user's last two jobs. "tuned" variants move the margin to hit the same under-provision rate.
+BASELINES: dict[str, tuple[tuple[str, ...], float | None]] = {
+    "request": ((), 0.0),
+    "last2": (("u_{t}_hist_last2",), 0.0),
+    "last2_tuned": (("u_{t}_hist_last2",), None),
+    "user_p90_vpa": (("u_{t}_hist_p90",), float(np.log(1.15))),
+    "user_p95_tuned": (("u_{t}_hist_p95",), None),
+    "user_script_p95_tuned": (("us_{t}_hist_p95", "u_{t}_hist_p95"), None),
+}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A fitted baseline: history column(s) tried in order, a log-margin, and a fallback for jobs with
+    neither history nor a request (the training slice's high quantile of the need)."""
+
+    name: str
+    target: str
+    columns: tuple[str, ...]
+    margin_log: float
+    default: float
+
+    def history_value(self, table: pd.DataFrame) -> np.ndarray:
+        """The raw history estimate (target unit) per row; NaN where the user has no finished job."""
+        value = pd.Series(np.nan, index=table.index)
+        for col in self.columns:
+            value = value.fillna(np.exp(table[col.format(t=self.target)]))
+        return value.to_numpy(dtype="float64")
+
+    def predict(self, table: pd.DataFrame, request_col: str) -> np.ndarray:
+        """Recommendation per row: history x exp(margin), else the request, else the default."""
+        fallback = table[request_col].fillna(self.default).to_numpy(dtype="float64")
+        history = self.history_value(table) * np.exp(self.margin_log)
+        return np.where(np.isfinite(history), history, fallback)
+
+    @property
+    def margin_pct(self) -> float:
+        return float((np.exp(self.margin_log) - 1) * 100)
+
+
+def fit_baselines(train: pd.DataFrame, cal: pd.DataFrame, spec: TargetSpec, rate: float) -> list[Baseline]:
+    """Every baseline of BASELINES for one target; tuned margins from the calibration slice."""
+    required_train = train[f"{spec.name}_required"].dropna()
+    default = float(required_train.quantile(1 - rate)) if len(required_train) else spec.floor
+    fitted = []
+    for name, (columns, margin) in BASELINES.items():
+        base = Baseline(name, spec.name, columns, margin or 0.0, default)
+        if margin is None:
+            base = Baseline(name, spec.name, columns, _tuned_margin(base, cal, spec, rate), default)
+        fitted.append(base)
+    return fitted
+
+
+def _tuned_margin(base: Baseline, cal: pd.DataFrame, spec: TargetSpec, rate: float) -> float:
+    """The log-margin on history estimates that meets the rate on the calibration slice, counting the
+    jobs that fall back to their request as they are."""
+    history = base.history_value(cal)
+    has_history = np.isfinite(history)
+    required = cal[f"{spec.name}_required"].to_numpy(dtype="float64")
+    fallback = base.predict(cal, spec.request)
+    fixed_failures = int((fallback[~has_history] < required[~has_history]).sum())
+    scores = shortfall_scores(required[has_history], history[has_history])
+    return conformal_offset(scores, rate, fixed_failures=fixed_failures, n_total=len(cal))
