@@ -1,4 +1,4 @@
-"""Per-group history as of submit time: a job sees only jobs of its group that ENDED before it was submitted."""
+"""Per-group history as of submit time: a job sees only its group's jobs that ENDED before its submission."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ HISTORY_STATS = ("n", "last", "last2", "p50", "p90", "p95", "max", "trend", "sin
 def _group_codes(
     history: pd.DataFrame, queries: pd.DataFrame, keys: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One integer code per distinct key tuple, shared by history and queries (nulls are a key of their own)."""
+    """One integer code per distinct key tuple, shared by history and queries (null is a key too)."""
     both = pd.concat([history[keys], queries[keys]], ignore_index=True).astype("string").fillna("\x00")
     codes = both.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
     return codes[: len(history)], codes[len(history) :]

@@ -16,7 +16,8 @@ def _script_text(user: str, k: int, framework: str, batch: int, model: str) -> s
         "#!/bin/bash\n#SBATCH --partition=gpu\n"
         f"#SBATCH --job-name={user}-{k}\n"
         f"module load {framework}\n"
-        f"srun python train_{framework}.py --model {model} --batch-size {batch} --data /scratch/{user}/set{k}\n"
+        f"srun python train_{framework}.py --model {model} --batch-size {batch}"
+        f" --data /scratch/{user}/set{k}\n"
     )
 
 
