@@ -94,3 +94,25 @@ def beats(challenger: dict[str, object], champion: dict[str, object], rate: floa
     if float(champion["under_rate"]) > limit:
         return True
     return headline(challenger) > headline(champion)
+
+
+def compare_to_baselines(metrics: dict[str, dict[str, object]], rate: float) -> dict[str, object]:
+    """The best baseline that kept the under-provision rate (within sampling error) and the model's gain
+    over it, in % of its headline: more waste reclaimed, or (no requests) less over-provision left."""
+    eligible = {
+        name: m
+        for name, m in metrics.items()
+        if name != "model" and float(m["under_rate"]) <= max_expected_rate(rate, int(m["n"]))
+    }
+    model = metrics["model"]
+    model_ok = float(model["under_rate"]) <= max_expected_rate(rate, int(model["n"]))
+    if not eligible:
+        return {"best_baseline": None, "gain_pct": None, "model_within_rate": model_ok}
+    best = max(eligible, key=lambda name: headline(eligible[name]))
+    base, mine = headline(eligible[best]), headline(model)
+    if int(model["n_with_request"]) > 0:
+        gain = (mine - base) / abs(base) * 100 if base else None
+    else:
+        left_base, left_model = float(eligible[best]["residual_waste_h"]), float(model["residual_waste_h"])
+        gain = (left_base - left_model) / left_base * 100 if left_base else None
+    return {"best_baseline": best, "gain_pct": gain, "model_within_rate": model_ok}

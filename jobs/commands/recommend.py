@@ -1,0 +1,138 @@
+"""`jobfit recommend SCRIPT --cluster C --user U`: what the script will need, from the champion models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from features.scripts import with_script_features
+from features.table import (
+    TARGETS,
+    filter_usable,
+    history_features,
+    with_request_features,
+    with_script_key,
+    with_targets,
+)
+from jobs.commands import add_common
+from jobs.context import Context, UsageError
+from jobs.mlflow_registry import configure, load_champion
+from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs
+from models.recommend import MIN_USER_HISTORY, assemble, query_row
+from pipelines.scripts import parse_script
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "recommend",
+        help="recommend --mem, --cpus-per-task, --gres=gpu, --time for a job script before it runs",
+        description="Parse the job script, build its submit-time features with the user's history on the "
+        "cluster, and ask each target's champion model (MLflow alias `champion`) for a calibrated "
+        "recommendation. Answers 'not enough history' (and why) when the user has fewer than "
+        f"{MIN_USER_HISTORY} finished jobs on the cluster.",
+    )
+    p.add_argument("script", help="the job script file ('-' reads standard input)")
+    p.add_argument("--user", required=True, metavar="U", help="the user who will submit it")
+    add_common(p, cluster_required=True)
+    p.set_defaults(func=run)
+
+
+def _read_script(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"no such script file: {path}")
+    try:
+        return file.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def recommend(ctx: Context, text: str, cluster: str, user: str) -> dict[str, object]:
+    """The recommendation payload (documented in docs/cli.md) for one script, cluster and user."""
+    info = parse_script(text)
+    client = configure(ctx.settings)
+    champions = {t: load_champion(client, cluster, t) for t in TARGETS}
+    if not any(champions.values()):
+        raise UsageError(
+            f"no champion models for cluster {cluster!r} (run `jobfit train --cluster {cluster}`)"
+        )
+    config = cluster_config(ctx, cluster)
+    history = filter_usable(read_jobs(ctx, cluster, user))
+    history = with_script_key(with_targets(history, gpu_memory_bytes(config)))
+    n_history = len(history)
+    query = query_row(info, user, pd.Timestamp(ctx.now()))
+    payload: dict[str, object] = {
+        "cluster": cluster,
+        "user": user,
+        "script_hash": info.script_hash,
+        "history_jobs": n_history,
+        "script_runs": int((history["script_key"] == info.script_hash).sum()) if n_history else 0,
+    }
+    if n_history < MIN_USER_HISTORY:
+        why = (
+            f"user {user} has {n_history} finished job(s) on cluster {cluster}; recommendations need at "
+            f"least {MIN_USER_HISTORY} (the models and their calibration rely on the user's own history)"
+        )
+        targets = {t: {"status": "not_enough_history", "why": why} for t in TARGETS}
+        return payload | {
+            "status": "not_enough_history",
+            "why": why,
+            "flags": [],
+            "targets": targets,
+            "expected_saving": None,
+        }
+    scripts = pd.DataFrame([asdict(info)])
+    row = with_request_features(with_script_features(query, scripts))
+    row = history_features(history, row)
+    predictions: dict[str, float] = {}
+    status: dict[str, dict[str, object]] = {}
+    for target, champion in champions.items():
+        if champion is None:
+            status[target] = {"status": "no_model", "why": f"no champion model for {target} on {cluster}"}
+        elif target == "vram" and not (info.req_gpus or 0) > 0:
+            status[target] = {"status": "not_applicable", "why": "the script requests no GPU"}
+        else:
+            predictor, version = champion
+            predictions[target] = float(predictor.predict(row)[0])
+            status[target] = {"status": "ok", "model_version": version}
+    answer = assemble(row, predictions, config)
+    for target, values in answer["targets"].items():  # type: ignore[union-attr]
+        status[target].update(values)
+    flags = [status[t]["flag"] for t in TARGETS if "flag" in status[t]]
+    return payload | {
+        "status": "ok",
+        "why": None,
+        "flags": flags,
+        "targets": status,
+        "expected_saving": answer["expected_saving"],
+    }
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    payload = recommend(ctx, _read_script(args.script), args.cluster, args.user)
+    ctx.emit(payload, args.json, text=_text(payload))
+    return 0
+
+
+def _text(payload: dict[str, object]) -> str:
+    head = f"{payload['user']} on {payload['cluster']} ({payload['history_jobs']} finished jobs)"
+    if payload["status"] != "ok":
+        return f"{head}: not enough history — {payload['why']}"
+    lines = [f"{head}: #SBATCH {' '.join(payload['flags'])}"]  # type: ignore[arg-type]
+    for target, info in payload["targets"].items():  # type: ignore[attr-defined]
+        if info["status"] != "ok":
+            lines.append(f"  {target}: {info['status']} ({info['why']})")
+    saving = payload["expected_saving"] or {}
+    parts = [f"{v} {k.removesuffix('_h')}-h" for k, v in saving.items() if v is not None and k != "usd"]
+    if saving.get("usd") is not None:
+        parts.append(f"${saving['usd']:.2f}")
+    lines.append(
+        "  expected saving per run: " + (", ".join(parts) or "unknown (the script states no request)")
+    )
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""`jobfit train --cluster C`: fit, calibrate and register one model per target; move `champion` on a win."""
+
+from __future__ import annotations
+
+import argparse
+
+from features.table import TARGETS, build_training_table
+from jobs.commands import add_common
+from jobs.context import Context, UsageError
+from jobs.mlflow_registry import configure, load_champion, log_target
+from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
+from models.train import TrainParams, evaluate_target, train_target
+
+
+def target_list(value: str) -> list[str]:
+    """argparse type for --targets mem,vram,cpus,runtime."""
+    names = [t.strip() for t in value.split(",") if t.strip()]
+    unknown = [t for t in names if t not in TARGETS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown target(s) {unknown}; choose from {', '.join(TARGETS)}")
+    return names
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train the per-cluster prediction models (LightGBM quantile + conformal) and log them to MLflow",
+        description="Build the submit-time feature table from silver.jobs/silver.scripts, train one LightGBM "
+        "quantile model per target (peak memory, peak VRAM, CPUs used, runtime), calibrate it on a later "
+        "slice to the configured under-provision rate, measure it and every baseline on the newest slice, "
+        "and register it in MLflow as jobfit-<cluster>-<target>. The `champion` alias moves only when the "
+        "new version beats the champion on that newest slice.",
+    )
+    p.add_argument("--targets", type=target_list, default=list(TARGETS), help="comma-separated (default all)")
+    p.add_argument("--rounds", type=int, default=TrainParams.num_boost_round, help="boosting rounds")
+    p.add_argument("--quantile", type=float, default=TrainParams.quantile, help="LightGBM quantile (0-1)")
+    add_common(p, cluster_required=True)
+    p.set_defaults(func=run)
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.rounds < 1 or not 0 < args.quantile < 1:
+        raise UsageError("--rounds must be >= 1 and --quantile between 0 and 1")
+    rate = ctx.settings.predict.underprovision_rate
+    params = TrainParams(quantile=args.quantile, num_boost_round=args.rounds)
+    config = cluster_config(ctx, args.cluster)
+    ctx.progress(f"reading silver.jobs for {args.cluster} ...")
+    jobs = read_jobs(ctx, args.cluster)
+    require_jobs(jobs, args.cluster)
+    scripts = read_scripts(ctx, args.cluster)
+    ctx.progress(f"building features for {len(jobs)} jobs ...")
+    table = build_training_table(jobs, scripts, gpu_memory_bytes(config))
+    client = configure(ctx.settings)
+    report: dict[str, object] = {"cluster": args.cluster, "rate": rate, "jobs": len(table), "targets": {}}
+    skipped: dict[str, str] = {}
+    for target in args.targets:
+        ctx.progress(f"training {target} ...")
+        try:
+            result = train_target(table, TARGETS[target], params, rate)
+        except ValueError as exc:
+            skipped[target] = str(exc)
+            continue
+        champion = load_champion(client, args.cluster, target)
+        champion_metrics = None
+        if champion is not None:
+            champion_metrics = evaluate_target(table, champion[0], params, rate).metrics["model"]
+        outcome = log_target(client, args.cluster, result, champion_metrics, rate)
+        report["targets"][target] = {  # type: ignore[index]
+            **outcome,
+            "rows": result.rows,
+            "test_start": str(result.test_start),
+            "metrics": result.metrics,
+        }
+    report["skipped"] = skipped
+    if not report["targets"]:
+        reasons = "; ".join(skipped.values())
+        raise UsageError(f"nothing trained for cluster {args.cluster!r}: {reasons}")
+    ctx.emit(report, args.json, text=_text(report))
+    return 0
+
+
+def _text(report: dict[str, object]) -> str:
+    lines = [f"cluster {report['cluster']}: {report['jobs']} finished jobs, target rate {report['rate']:.1%}"]
+    for target, info in report["targets"].items():  # type: ignore[attr-defined]
+        model = info["metrics"]["model"]
+        state = "champion" if info["promoted"] else "not promoted"
+        lines.append(
+            f"  {target:8s} v{info['version']} ({state}: {info['why']}); held-out under-provision "
+            f"{model['under_rate']:.1%}, reclaimed {model['reclaimed_h']:.4g} "
+            f"of {model['reclaimable_h']:.4g} h"
+        )
+    for target, why in report["skipped"].items():  # type: ignore[attr-defined]
+        lines.append(f"  {target:8s} skipped: {why}")
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""MLflow at the edge: log a trained target, register it, move the `champion` alias, load champions."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import mlflow.pyfunc
+import pandas as pd
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from conf import Settings
+from models.metrics import beats, headline
+from models.train import Predictor, TargetResult
+
+CHAMPION = "champion"
+# A loaded champion per (tracking URI, model name, version): the alias is re-resolved on every call.
+_CACHE: dict[tuple[str, str, str], Predictor] = {}
+
+
+class PredictorModel(mlflow.pyfunc.PythonModel):
+    """pyfunc wrapper around a pickled models.train.Predictor (predicts in the target's unit)."""
+
+    def load_context(self, context: Any) -> None:
+        with open(context.artifacts["predictor"], "rb") as fh:
+            self.predictor: Predictor = pickle.load(fh)
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> Any:
+        return self.predictor.predict(model_input)
+
+
+def configure(settings: Settings) -> MlflowClient:
+    """Point MLflow at the configured tracking (and registry) URI; returns a client for it."""
+    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
+    if settings.mlflow.registry_uri:
+        mlflow.set_registry_uri(settings.mlflow.registry_uri)
+    return MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.registry_uri)
+
+
+def model_name(cluster: str, target: str) -> str:
+    """The registered model of one cluster and target."""
+    return f"jobfit-{cluster}-{target}"
+
+
+def _flat_metrics(metrics: dict[str, dict[str, object]]) -> dict[str, float]:
+    out = {}
+    for who, values in metrics.items():
+        for key, value in values.items():
+            if isinstance(value, int | float):
+                out[f"{who}.{key}"] = float(value)
+    return out
+
+
+def champion_version(client: MlflowClient, name: str) -> str | None:
+    """The version the champion alias points at, or None when the model or alias does not exist."""
+    try:
+        return client.get_model_version_by_alias(name, CHAMPION).version
+    except MlflowException:
+        return None
+
+
+def load_predictor(client: MlflowClient, name: str, version: str) -> Predictor:
+    """The Predictor of one registered model version (cached in-process)."""
+    key = (client.tracking_uri, name, str(version))
+    if key not in _CACHE:
+        model = mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+        _CACHE[key] = model.unwrap_python_model().predictor
+    return _CACHE[key]
+
+
+def load_champion(client: MlflowClient, cluster: str, target: str) -> tuple[Predictor, str] | None:
+    """The champion Predictor and its version for a cluster and target, or None when there is none."""
+    name = model_name(cluster, target)
+    version = champion_version(client, name)
+    if version is None:
+        return None
+    return load_predictor(client, name, version), version
+
+
+def log_target(
+    client: MlflowClient,
+    cluster: str,
+    result: TargetResult,
+    champion_metrics: dict[str, object] | None,
+    rate: float,
+) -> dict[str, object]:
+    """Log one trained target as a run (params, metrics, feature list, model), register it as a new
+    version, and move `champion` to it only when it beats the current champion on the same newest
+    held-out period. Returns what happened (version, promoted, why)."""
+    name = model_name(cluster, result.predictor.target)
+    mlflow.set_experiment(f"jobfit-{cluster}")
+    predictor = result.predictor
+    with mlflow.start_run(run_name=f"{cluster}-{predictor.target}") as run:
+        mlflow.log_params(
+            {**asdict(predictor.params), "target": predictor.target, "cluster": cluster, "rate": rate}
+            | {f"rows_{k}": v for k, v in result.rows.items()}
+            | {"test_start": str(result.test_start), "offset_log": round(predictor.offset_log, 6)}
+        )
+        mlflow.log_metrics(_flat_metrics(result.metrics))
+        mlflow.log_dict({"features": predictor.features}, "features.json")
+        mlflow.log_dict(result.metrics, "metrics.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "predictor.pkl"
+            path.write_bytes(pickle.dumps(predictor))
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=PredictorModel(),
+                artifacts={"predictor": str(path)},
+                pip_requirements=["lightgbm", "scikit-learn", "pandas", "numpy"],
+            )
+    version = mlflow.register_model(info.model_uri, name).version
+    challenger = result.metrics["model"]
+    if champion_metrics is None:
+        promoted, why = True, "no champion yet"
+    elif beats(challenger, champion_metrics, rate):
+        promoted = True
+        why = f"challenger {headline(challenger):.4g} beats champion {headline(champion_metrics):.4g}"
+    else:
+        promoted = False
+        why = f"champion kept: {headline(champion_metrics):.4g} vs challenger {headline(challenger):.4g}"
+    if promoted:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    client.set_model_version_tag(name, version, "promotion", json.dumps({"promoted": promoted, "why": why}))
+    return {
+        "model": name,
+        "version": str(version),
+        "run_id": run.info.run_id,
+        "promoted": promoted,
+        "why": why,
+    }

@@ -1,0 +1,85 @@
+"""Reads for train/evaluate/recommend: one cluster's jobs (scripts linked) and scripts as pandas frames."""
+
+from __future__ import annotations
+
+import pandas as pd
+from pyspark.sql import functions as F
+
+from conf import ClusterConfig, ConfigError, load_cluster
+from jobs.context import Context, UsageError
+from jobs.tables import read_table
+
+# The silver.jobs columns the feature table uses.
+JOB_COLUMNS = (
+    "cluster",
+    "job_id",
+    "source",
+    "job_name",
+    "user",
+    "account",
+    "partition",
+    "qos",
+    "state",
+    "submit_ts",
+    "start_ts",
+    "end_ts",
+    "elapsed_s",
+    "timelimit_s",
+    "req_cpus",
+    "alloc_cpus",
+    "req_mem_bytes",
+    "alloc_mem_bytes",
+    "req_gpus",
+    "alloc_gpus",
+    "gpu_model",
+    "nodes",
+    "ntasks",
+    "total_cpu_s",
+    "max_rss_bytes",
+    "gpu_mem_peak_bytes",
+)
+
+
+def read_jobs(ctx: Context, cluster: str, user: str | None = None) -> pd.DataFrame:
+    """silver.jobs of a cluster (optionally one user) with `script_hash` filled from silver.job_scripts."""
+    spark, settings = ctx.spark, ctx.settings
+    jobs = read_table(spark, settings, "silver.jobs").filter(F.col("cluster") == cluster)
+    if user is not None:
+        jobs = jobs.filter(F.col("user") == user)
+    links = (
+        read_table(spark, settings, "silver.job_scripts")
+        .filter(F.col("cluster") == cluster)
+        .select("job_id", F.col("script_hash").alias("_linked_hash"))
+    )
+    joined = jobs.join(links, on="job_id", how="left").select(
+        *JOB_COLUMNS, F.coalesce("script_hash", "_linked_hash").alias("script_hash")
+    )
+    return joined.toPandas()
+
+
+def read_scripts(ctx: Context, cluster: str) -> pd.DataFrame:
+    """silver.scripts of a cluster."""
+    return (
+        read_table(ctx.spark, ctx.settings, "silver.scripts").filter(F.col("cluster") == cluster).toPandas()
+    )
+
+
+def cluster_config(ctx: Context, cluster: str) -> ClusterConfig | None:
+    """The cluster's conf (GPU models, prices), or None for a cluster without one (e.g. an SWF log)."""
+    try:
+        return load_cluster(cluster)
+    except ConfigError:
+        return None
+
+
+def gpu_memory_bytes(config: ClusterConfig | None) -> dict[str, float]:
+    """GPU model -> memory per GPU in bytes, from the cluster conf."""
+    if config is None:
+        return {}
+    return {name: spec.memory_gib * 2.0**30 for name, spec in config.gpu_models.items()}
+
+
+def require_jobs(jobs: pd.DataFrame, cluster: str) -> None:
+    """A UsageError when the cluster has no jobs at all (nothing ingested under that name)."""
+    if len(jobs) == 0:
+        raise UsageError(f"no jobs for cluster {cluster!r} in silver.jobs (ingest some first)")

@@ -1,0 +1,183 @@
+"""Turn calibrated predictions into scheduler flags, a GPU/MIG choice and an expected saving (pure)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pandas as pd
+
+from conf import ClusterConfig
+
+GIB = 2.0**30
+MIB = 2.0**20
+# A user needs this many finished jobs on the cluster before a recommendation is given.
+MIN_USER_HISTORY = 3
+_MIG_RE = re.compile(r"(\d+)g\.(\d+)gb$")
+
+
+def format_mem(bytes_: float) -> str:
+    """Slurm --mem value rounded up: whole GiB as `NG` from 1 GiB, else `NM` (MiB)."""
+    if bytes_ >= GIB:
+        return f"{math.ceil(bytes_ / GIB)}G"
+    return f"{max(math.ceil(bytes_ / MIB), 1)}M"
+
+
+def format_time(seconds: float) -> str:
+    """Slurm --time value rounded up to whole minutes: `D-HH:MM:SS` (or `HH:MM:SS` under a day)."""
+    minutes = max(math.ceil(seconds / 60), 1)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    clock = f"{hours:02d}:{mins:02d}:00"
+    return f"{days}-{clock}" if days else clock
+
+
+def gpu_options(cluster: ClusterConfig | None) -> list[tuple[float, str, str | None]]:
+    """(memory GiB, GPU model, MIG profile or None) of every whole GPU and MIG slice, smallest first."""
+    if cluster is None:
+        return []
+    options: list[tuple[float, str, str | None]] = []
+    for model, spec in cluster.gpu_models.items():
+        options.append((spec.memory_gib, model, None))
+        for profile in spec.mig_profiles:
+            match = _MIG_RE.match(profile)
+            if match:
+                options.append((float(match.group(2)), model, profile))
+    # Equal memory: the whole GPU before a MIG slice of the same size (7g.80gb is the whole A100).
+    return sorted(options, key=lambda o: (o[0], o[2] is not None, o[1]))
+
+
+def choose_gpu(vram_per_gpu_bytes: float, cluster: ClusterConfig | None) -> dict[str, object] | None:
+    """The smallest GPU or MIG slice whose memory holds the recommended VRAM per GPU (None when none do)."""
+    for memory_gib, model, profile in gpu_options(cluster):
+        if memory_gib * GIB >= vram_per_gpu_bytes:
+            return {"gpu_model": model, "mig_profile": profile, "memory_gib": memory_gib}
+    return None
+
+
+def query_row(info: object, user: str, submit_ts: pd.Timestamp) -> pd.DataFrame:
+    """A one-row silver.jobs-like frame for a script about to be submitted (from a ScriptInfo)."""
+    directives = getattr(info, "directives_json", None) or "{}"
+    try:
+        parsed = json.loads(directives)
+        job_name = parsed.get("--job-name") or parsed.get("pbs:N")
+    except (ValueError, AttributeError):
+        job_name = None
+    cpus_per_task = getattr(info, "req_cpus_per_task", None)
+    ntasks = getattr(info, "req_ntasks", None)
+    req_cpus = (cpus_per_task or 1) * (ntasks or 1) if (cpus_per_task or ntasks) else None
+    return pd.DataFrame(
+        [
+            {
+                "cluster": None,
+                "job_id": "query",
+                "user": user,
+                "account": None,
+                "partition": getattr(info, "partition", None),
+                "qos": None,
+                "job_name": job_name,
+                "submit_ts": submit_ts,
+                "req_cpus": req_cpus,
+                "req_mem_bytes": getattr(info, "req_mem_bytes", None),
+                "req_gpus": getattr(info, "req_gpus", None),
+                "timelimit_s": getattr(info, "timelimit_s", None),
+                "gpu_model": getattr(info, "gpu_type", None),
+                "nodes": getattr(info, "req_nodes", None),
+                "ntasks": ntasks,
+                "script_hash": info.script_hash,  # type: ignore[attr-defined]
+                "script_key": info.script_hash,  # type: ignore[attr-defined]
+            }
+        ]
+    )
+
+
+def mig_fraction(profile: str | None) -> float:
+    """Share of a whole GPU a MIG profile takes (`3g.40gb` -> 3/7); 1 for a whole GPU."""
+    if profile is None:
+        return 1.0
+    match = _MIG_RE.match(profile)
+    return int(match.group(1)) / 7 if match else 1.0
+
+
+def assemble(
+    query: pd.DataFrame,
+    predictions: dict[str, float],
+    cluster: ClusterConfig | None,
+) -> dict[str, object]:
+    """Flags and the expected saving per run from calibrated predictions (target -> value in its unit)
+    and the script's own request in `query` (one row). Targets absent from `predictions` get no flag."""
+    row = query.iloc[0]
+    req_cpus = _num(row["req_cpus"])
+    req_mem = _num(row["req_mem_bytes"])
+    req_gpus = _num(row["req_gpus"])
+    req_time = _num(row["timelimit_s"])
+    ntasks = _num(row["ntasks"]) or 1.0
+    out: dict[str, dict[str, object]] = {}
+    if "mem" in predictions:
+        out["mem"] = {"recommended_bytes": predictions["mem"], "requested_bytes": req_mem}
+        out["mem"]["flag"] = f"--mem={format_mem(predictions['mem'])}"
+    if "cpus" in predictions:
+        per_task = max(math.ceil(predictions["cpus"] / ntasks), 1)
+        out["cpus"] = {"recommended_cpus": predictions["cpus"], "requested_cpus": req_cpus}
+        out["cpus"]["flag"] = f"--cpus-per-task={per_task}"
+    gpu_choice = None
+    if "vram" in predictions:
+        gpus = int(req_gpus) if req_gpus else 1
+        gpu_choice = choose_gpu(predictions["vram"] / gpus, cluster)
+        out["vram"] = {"recommended_bytes": predictions["vram"], "gpus": gpus, "gpu": gpu_choice}
+        name = (gpu_choice or {}).get("mig_profile") or (gpu_choice or {}).get("gpu_model")
+        out["vram"]["flag"] = f"--gres=gpu:{name}:{gpus}" if name else f"--gres=gpu:{gpus}"
+    if "runtime" in predictions:
+        out["runtime"] = {"recommended_s": predictions["runtime"], "requested_s": req_time}
+        out["runtime"]["flag"] = f"--time={format_time(predictions['runtime'])}"
+    return {"targets": out, "expected_saving": expected_saving(row, predictions, gpu_choice, cluster)}
+
+
+def _num(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def expected_saving(
+    row: pd.Series,
+    predictions: dict[str, float],
+    gpu: dict[str, object] | None,
+    cluster: ClusterConfig | None,
+) -> dict[str, object]:
+    """Per run, what following the recommendation frees against the script's request: core-hours and
+    GiB-hours over the expected runtime, reserved hours, and USD at the cluster's prices (null parts
+    where the script states no request or no model answered)."""
+    runtime_h = predictions.get("runtime", _num(row["timelimit_s"]) or float("nan")) / 3600
+    req_cpus, req_mem = _num(row["req_cpus"]), _num(row["req_mem_bytes"])
+    req_time = _num(row["timelimit_s"])
+    core_h = (req_cpus - predictions["cpus"]) * runtime_h if req_cpus and "cpus" in predictions else None
+    gib_h = (req_mem - predictions["mem"]) / GIB * runtime_h if req_mem and "mem" in predictions else None
+    reserved_h = (req_time - predictions["runtime"]) / 3600 if req_time and "runtime" in predictions else None
+    gpu_h = None
+    usd = None
+    if cluster is not None:
+        usd = 0.0
+        usd += (core_h or 0.0) * cluster.prices.core_hour_usd + (gib_h or 0.0) * cluster.prices.gib_hour_usd
+        if gpu is not None and not math.isnan(runtime_h):
+            gpus = _num(row["req_gpus"]) or 1.0
+            asked = cluster.prices.gpu_hour_for(
+                row["gpu_model"] if isinstance(row["gpu_model"], str) else None
+            )
+            chosen = cluster.prices.gpu_hour_for(str(gpu["gpu_model"])) * mig_fraction(gpu["mig_profile"])  # type: ignore[arg-type]
+            gpu_h = gpus * runtime_h * (1 - mig_fraction(gpu["mig_profile"]))  # type: ignore[arg-type]
+            usd += gpus * runtime_h * (asked - chosen)
+    clean = {
+        "core_h": core_h,
+        "gib_h": gib_h,
+        "gpu_h": gpu_h,
+        "reserved_h": reserved_h,
+        "usd": usd,
+    }
+    return {
+        k: (None if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, 4))
+        for k, v in clean.items()
+    }
