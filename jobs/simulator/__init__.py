@@ -1,0 +1,160 @@
+"""A month of cluster activity in the formats real clusters write, with its ground truth (docs/simulator.md).
+
+`simulate()` streams: jobs are generated in submit order and each writer keeps only what a later record can
+still change (running jobs for sacct, the open host-days for DCGM, one row group for the truth table).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+
+from conf import ClusterConfig
+from jobs.simulator import logs, scripts
+from jobs.simulator.dcgm import DEFAULT_INTERVAL_S, DcgmWriter
+from jobs.simulator.inject import inject
+from jobs.simulator.k8s import make_pod
+from jobs.simulator.model import Workload
+from jobs.simulator.sacct import SacctDumper
+from jobs.simulator.truth import TruthWriter, pod_row, slurm_row
+
+# What simulate() writes under its output folder (and clears first, so a re-run never mixes months).
+OUTPUTS = ("sacct", "scripts", "dcgm", "k8s", "logs", "truth.parquet", "bad_records.jsonl")
+POD_SHARE = 0.1  # share of --jobs that are Kubernetes pods (when the cluster has GPU partitions)
+
+
+@dataclass
+class SimulationResult:
+    """What one simulation wrote: counts per source, where, and how long it took."""
+
+    out: str
+    cluster: str
+    month: str
+    seed: int
+    jobs: int
+    slurm_jobs: int
+    pods: int
+    files: dict[str, int] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+    bad_records: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+    def text(self) -> str:
+        per = ", ".join(f"{s} {self.files[s]} files/{self.lines[s]} lines" for s in self.files)
+        return (
+            f"simulated {self.slurm_jobs} Slurm jobs and {self.pods} pods on {self.cluster} for {self.month} "
+            f"(seed {self.seed}) in {self.seconds:.1f}s → {self.out}\n  {per}; bad records {self.bad_records}"
+        )
+
+
+def simulate(
+    cluster: ClusterConfig,
+    month: str,
+    n_jobs: int,
+    seed: int,
+    out: Path,
+    inject_bad: int = 0,
+    dcgm_interval_s: int = DEFAULT_INTERVAL_S,
+    progress: Callable[[str], None] | None = None,
+) -> SimulationResult:
+    """Write a month of `n_jobs` jobs (Slurm jobs plus 10 % pods) under `out`; same seed, same bytes."""
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    has_gpu = any(p.gpus_per_node > 0 for p in cluster.partitions.values())
+    n_pods = int(n_jobs * POD_SHARE) if has_gpu and n_jobs >= 10 else 0
+    workload = Workload(cluster, month, n_jobs - n_pods, seed)
+    models = {n: p.gpu_model or "" for n, p in cluster.partitions.items()}
+    sacct = SacctDumper(out, workload.t0)
+    dcgm = DcgmWriter(out, cluster.name, workload.alloc, dcgm_interval_s, seed, models)
+    truth = TruthWriter(out / "truth.parquet")
+    (out / "scripts").mkdir()
+    (out / "logs").mkdir()
+    (out / "k8s").mkdir()
+    log_rng = random.Random(seed * 104729 + 3)
+    counts = {"scripts": 0, "logs": 0, "script_lines": 0, "log_lines": 0}
+    step = max(1, (n_jobs - n_pods) // 10)
+    for i, job in enumerate(workload.generate_jobs(), start=1):
+        job.text = scripts.render(job)
+        data = job.text.encode("utf-8")
+        (out / "scripts" / f"{job.job_id}.sh").write_bytes(data)
+        counts["scripts"] += 1
+        counts["script_lines"] += job.text.count("\n")
+        sacct.add(job)
+        tel = dcgm.add(job) if job.is_gpu else None
+        if job.has_log:
+            text = logs.render(job, log_rng)
+            (out / "logs" / f"{job.job_id}.err").write_text(text, encoding="utf-8", newline="\n")
+            counts["logs"] += 1
+            counts["log_lines"] += text.count("\n")
+        has_label = bool(job.hosts) and all(workload.alloc.by_name[h].hpc_job_label for h in job.hosts)
+        truth.add(slurm_row(cluster.name, job, sha256(data).hexdigest(), tel, has_label))
+        dcgm.flush(job.submit - 3600)
+        if progress and i % step == 0:
+            progress(f"simulate: {i}/{n_jobs - n_pods} Slurm jobs")
+    sacct.finish(workload.t1)
+    dcgm.finish()
+    pod_lines = _write_pods(out, cluster.name, workload, n_pods, seed, truth)
+    truth.close()
+    manifest = inject(out, inject_bad, seed) if inject_bad > 0 else []
+    if inject_bad <= 0:
+        (out / "bad_records.jsonl").write_text("", encoding="utf-8")
+    by_source = {m["source"]: 0 for m in manifest}
+    for m in manifest:
+        by_source[m["source"]] += 1
+    result = SimulationResult(
+        out=str(out),
+        cluster=cluster.name,
+        month=month,
+        seed=seed,
+        jobs=n_jobs,
+        slurm_jobs=n_jobs - n_pods,
+        pods=n_pods,
+        files={
+            "sacct": len(sacct.files),
+            "scripts": counts["scripts"],
+            "dcgm": len(dcgm.files),
+            "k8s": 1 if n_pods else 0,
+            "logs": counts["logs"],
+        },
+        lines={
+            "sacct": sacct.lines + by_source.get("sacct", 0),
+            "scripts": counts["script_lines"],
+            "dcgm": dcgm.lines + by_source.get("dcgm", 0),
+            "k8s": pod_lines + by_source.get("k8s", 0),
+            "logs": counts["log_lines"],
+        },
+        bad_records=len(manifest),
+        seconds=round(time.monotonic() - started, 2),
+    )
+    return result
+
+
+def _write_pods(
+    out: Path, cluster: str, workload: Workload, n_pods: int, seed: int, truth: TruthWriter
+) -> int:
+    if n_pods <= 0:
+        return 0
+    rng = random.Random(seed * 2654435761 % 2**32 + 11)
+    users = workload.users[: max(3, len(workload.users) // 3)]
+    times = sorted(rng.randint(workload.t0, workload.t1 - 3600) for _ in range(n_pods))
+    with (out / "k8s" / "pods.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
+        for i, t in enumerate(times):
+            pod, row = make_pod(i, rng.choice(users), t, rng, cluster)
+            fh.write(json.dumps(pod, separators=(",", ":"), ensure_ascii=False) + "\n")
+            truth.add(pod_row(cluster, row))
+    return n_pods
