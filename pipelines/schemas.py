@@ -230,6 +230,64 @@ SILVER_JOB_SCRIPTS = TableSpec(
     grain="one job's batch script",
 )
 
+# The last bytes of a job's stdout/stderr as archived, for failure diagnosis (jobfit ingest logs).
+SILVER_JOB_LOGS = TableSpec(
+    name="silver.job_logs",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),  # from the file name: 123, 123_4 (array task)
+        ("stream", S, False),  # stderr (.err) | stdout (.out) | log (.log, .txt)
+        ("tail_text", S, True),  # the last tail_bytes of the file, decoded as UTF-8
+        ("tail_bytes", L, False),
+        ("file_bytes", L, False),  # the whole file's size (uncompressed)
+        ("file_sha256", S, False),
+        ("source_file", S, False),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id", "stream"),
+    grain="one output stream (stdout or stderr) of one job",
+)
+
+# Why each failed job failed (pipelines/failures.py, docs/failures.md).
+GOLD_FAILURES = TableSpec(
+    name="gold.failures",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),
+        ("month", S, False),  # YYYY-MM (UTC) of end_ts (start or submit when it never ended)
+        ("user", S, True),
+        ("account", S, True),
+        ("partition", S, True),
+        ("state", S, False),
+        ("exit_code", INT, True),
+        ("exit_signal", INT, True),
+        ("end_ts", TS, True),
+        ("elapsed_s", L, True),
+        ("timelimit_s", L, True),
+        ("node_list", S, True),
+        ("gpu_model", S, True),
+        ("gpus", INT, True),
+        ("cpus", INT, True),
+        ("cause", S, False),  # pipelines.failures.CAUSES
+        ("detail", S, True),  # finer label within the cause (ecc, xid, import_error, by_user, ...)
+        ("user_fixable", B, False),  # false for hardware, node, network, preemption, admin and unknown
+        ("confidence", D, False),  # 0..1
+        ("primary_source", S, False),  # accounting | log | telemetry: where the deciding evidence came from
+        ("rule", S, False),  # the rule that decided
+        ("evidence", S, False),
+        ("suggested_fix", S, False),
+        ("xid", INT, True),
+        ("has_log", B, False),
+        ("has_telemetry", B, False),
+        ("lost_gpu_hours", D, False),  # allocated GPUs x elapsed
+        ("lost_core_hours", D, False),
+        ("lost_usd", D, False),  # cores, memory and GPUs x elapsed at the cluster's prices
+        ("built_at", TS, False),
+    ),
+    key=("cluster", "job_id"),
+    grain="one failed, timed-out, OOM, node-failed, preempted or cancelled job",
+)
+
 # Gold: per-job usage and waste (pipelines/waste.py states the formulas), and the month rollups
 # (pipelines/gold.py). Hours are full-GPU / core / GiB hours; dollars by the cluster's price sheet.
 # GPU figures are null when the job has no telemetry ("unknown", never 0 %); coverage stands beside them.
@@ -395,6 +453,8 @@ TABLES: dict[str, TableSpec] = {
         SILVER_GPU_SAMPLES,
         SILVER_SCRIPTS,
         SILVER_JOB_SCRIPTS,
+        SILVER_JOB_LOGS,
+        GOLD_FAILURES,
         GOLD_JOB_USAGE,
         GOLD_USER_MONTH,
         GOLD_ACCOUNT_MONTH,

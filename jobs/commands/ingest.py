@@ -12,7 +12,9 @@ from jobs.commands import add_common
 from jobs.context import Context
 
 # source name -> module; a source is listed once its module exists.
-SOURCES: dict[str, str] = {}
+SOURCES: dict[str, str] = {
+    "logs": "jobs.ingest_logs",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,185 @@
+"""`jobfit failures --cluster C --month M [--job ID] [--json]`: why jobs failed, what it cost, the fix."""
+
+from __future__ import annotations
+
+import argparse
+
+from pyspark.sql import functions as F
+
+from jobs.commands import add_common, require
+from jobs.context import Context, UsageError
+from jobs.failures_build import build_failures, diagnose
+from jobs.tables import read_table
+from pipelines.failures import CAUSES
+from pipelines.schemas import GOLD_FAILURES
+
+TOP_USERS = 10
+# The columns `--job` shows (and returns with --json), in this order.
+JOB_FIELDS = (
+    "cluster",
+    "job_id",
+    "month",
+    "user",
+    "state",
+    "exit_code",
+    "exit_signal",
+    "elapsed_s",
+    "timelimit_s",
+    "node_list",
+    "gpus",
+    "gpu_model",
+    "cause",
+    "detail",
+    "user_fixable",
+    "confidence",
+    "primary_source",
+    "rule",
+    "evidence",
+    "suggested_fix",
+    "xid",
+    "lost_gpu_hours",
+    "lost_core_hours",
+    "lost_usd",
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "failures",
+        help="why jobs failed: per-cause counts, lost GPU-hours and dollars, or one job's diagnosis",
+        description="Diagnose every failed, timed-out, OOM, node-failed, preempted or cancelled job of a "
+        "cluster-month (one primary cause each, with evidence, a confidence and a fix quoting the job's own "
+        "numbers), write them to gold.failures and print per-cause counts, lost GPU-hours and "
+        "dollars and the "
+        "most affected users. With --job, print one job's diagnosis (computed from the silver tables; "
+        "--month is then optional).",
+    )
+    add_common(p, month=True, cluster_required=True)
+    p.add_argument("--job", metavar="ID", help="diagnose one job (as the scheduler shows its id, e.g. 123_4)")
+    p.set_defaults(func=run)
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.job:
+        return _one_job(ctx, args)
+    require(args.month is not None, "failures: give --month YYYY-MM (or --job ID for one job)")
+    ctx.cluster(args.cluster)
+    counts = build_failures(ctx, args.cluster, args.month)
+    rows = read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name).where(
+        (F.col("cluster") == args.cluster) & (F.col("month") == args.month)
+    )
+    summary = _summary(rows, args.cluster, args.month)
+    summary["jobs"] = counts.jobs
+    ctx.emit(summary, as_json=args.json, text=_summary_text(summary))
+    return 0
+
+
+def _summary(rows, cluster: str, month: str) -> dict[str, object]:
+    """Totals, per-cause figures and the top users by lost dollars, in one pass per grouping."""
+    measures = [
+        F.count("*").alias("jobs"),
+        F.sum(F.col("user_fixable").cast("int")).alias("user_fixable"),
+        F.sum("lost_gpu_hours").alias("lost_gpu_hours"),
+        F.sum("lost_core_hours").alias("lost_core_hours"),
+        F.sum("lost_usd").alias("lost_usd"),
+    ]
+    by_cause = {
+        r["cause"]: {
+            "title": CAUSES[r["cause"]].title,
+            "jobs": r["jobs"],
+            "user_fixable": r["user_fixable"],
+            "lost_gpu_hours": round(r["lost_gpu_hours"] or 0.0, 2),
+            "lost_core_hours": round(r["lost_core_hours"] or 0.0, 2),
+            "lost_usd": round(r["lost_usd"] or 0.0, 2),
+            "mean_confidence": round(r["mean_confidence"], 2),
+        }
+        for r in rows.groupBy("cause")
+        .agg(*measures, F.avg("confidence").alias("mean_confidence"))
+        .orderBy(F.desc("jobs"), "cause")
+        .collect()
+    }
+    users = (
+        rows.groupBy("user")
+        .agg(*measures, F.mode("cause").alias("top_cause"))
+        .orderBy(F.desc("lost_usd"), F.desc("jobs"), "user")
+        .limit(TOP_USERS)
+        .collect()
+    )
+    top_users = [
+        {
+            "user": r["user"],
+            "jobs": r["jobs"],
+            "user_fixable": r["user_fixable"],
+            "lost_gpu_hours": round(r["lost_gpu_hours"] or 0.0, 2),
+            "lost_usd": round(r["lost_usd"] or 0.0, 2),
+            "top_cause": r["top_cause"],
+        }
+        for r in users
+    ]
+    return {
+        "cluster": cluster,
+        "month": month,
+        "jobs": sum(c["jobs"] for c in by_cause.values()),
+        "user_fixable_jobs": sum(c["user_fixable"] for c in by_cause.values()),
+        "lost_gpu_hours": round(sum(c["lost_gpu_hours"] for c in by_cause.values()), 2),
+        "lost_core_hours": round(sum(c["lost_core_hours"] for c in by_cause.values()), 2),
+        "lost_usd": round(sum(c["lost_usd"] for c in by_cause.values()), 2),
+        "by_cause": by_cause,
+        "top_users": top_users,
+    }
+
+
+def _summary_text(s: dict) -> str:
+    lines = [
+        f"{s['cluster']} {s['month']}: {s['jobs']} failed/cancelled job(s), "
+        f"{s['user_fixable_jobs']} fixable by "
+        f"their users; lost {s['lost_gpu_hours']:.1f} GPU-h, {s['lost_core_hours']:.1f} core-h, "
+        f"${s['lost_usd']:,.2f}",
+    ]
+    if s["by_cause"]:
+        lines.append(f"  {'cause':<16} {'jobs':>6} {'fixable':>7} {'GPU-h':>9} {'USD':>11}  confidence")
+        for name, c in s["by_cause"].items():
+            lines.append(
+                f"  {name:<16} {c['jobs']:>6} {c['user_fixable']:>7} {c['lost_gpu_hours']:>9.1f} "
+                f"{c['lost_usd']:>11,.2f}  {c['mean_confidence']:.2f}"
+            )
+    if s["top_users"]:
+        lines.append("  top users by lost dollars:")
+        lines += [
+            f"    {u['user'] or '(unknown)'}: {u['jobs']} job(s), ${u['lost_usd']:,.2f}, "
+            f"mostly {u['top_cause']}"
+            for u in s["top_users"]
+        ]
+    return "\n".join(lines)
+
+
+def _one_job(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.cluster(args.cluster)
+    jobs = read_table(ctx.spark, ctx.settings, "silver.jobs")
+    found = (
+        jobs.where((F.col("cluster") == args.cluster) & (F.col("job_id") == args.job)).select("state").first()
+    )
+    if found is None:
+        raise UsageError(f"failures: no job {args.job} on cluster {args.cluster} in silver.jobs")
+    row = diagnose(ctx, args.cluster, args.month, job_id=args.job).first()
+    if row is None:
+        payload = {"cluster": args.cluster, "job_id": args.job, "state": found["state"], "cause": None}
+        text = f"job {args.job} ended {found['state']}" + (
+            f" outside {args.month}" if args.month else ": not a failure, nothing to diagnose"
+        )
+        ctx.emit(payload, as_json=args.json, text=text)
+        return 0
+    d = {k: row[k] for k in JOB_FIELDS}
+    blame = "fixable by the user" if d["user_fixable"] else "not the user's fault"
+    text = "\n".join(
+        [
+            f"job {d['job_id']} ({d['user']}, {d['state']}): {d['cause']} / {d['detail']} "
+            f"(confidence {d['confidence']:.2f}, {blame})",
+            f"  fix: {d['suggested_fix']}",
+            f"  evidence: {d['evidence']}",
+            f"  lost: {d['lost_gpu_hours']:.1f} GPU-h, {d['lost_core_hours']:.1f} core-h, "
+            f"${d['lost_usd']:,.2f}",
+        ]
+    )
+    ctx.emit(d, as_json=args.json, text=text)
+    return 0

@@ -1,0 +1,80 @@
+"""Build gold.failures for one cluster-month (called by `jobfit failures` and `jobfit build`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.context import Context
+from jobs.tables import read_table, replace_where
+from pipelines.failures import diagnose_failures, filter_diagnosable, gpu_signals, parse_job_log_text
+from pipelines.schemas import GOLD_FAILURES
+
+
+@dataclass
+class FailureCounts:
+    """What one build wrote: diagnosed jobs, jobs per cause, and the GPU-hours and USD they used."""
+
+    cluster: str
+    month: str
+    jobs: int = 0
+    by_cause: dict[str, int] = field(default_factory=dict)
+    lost_gpu_hours: float = 0.0
+    lost_usd: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def _keys(df: DataFrame, jobs: DataFrame) -> DataFrame:
+    """Rows of `df` that belong to the selected jobs."""
+    return df.join(jobs.select("cluster", "job_id"), on=["cluster", "job_id"], how="left_semi")
+
+
+def diagnose(ctx: Context, cluster: str, month: str | None = None, job_id: str | None = None) -> DataFrame:
+    """gold.failures rows (not written) for the cluster's diagnosable jobs of a month, or for one job."""
+    spark, settings = ctx.spark, ctx.settings
+    config = ctx.cluster(cluster)
+    jobs = read_table(spark, settings, "silver.jobs").where(F.col("cluster") == cluster)
+    if job_id is not None:
+        jobs = jobs.where(F.col("job_id") == job_id)
+    jobs = filter_diagnosable(jobs, month).cache()
+    steps = _keys(read_table(spark, settings, "silver.job_steps"), jobs)
+    logs = parse_job_log_text(_keys(read_table(spark, settings, "silver.job_logs"), jobs))
+    samples = _keys(
+        read_table(spark, settings, "silver.gpu_samples").where(F.col("job_id").isNotNull()), jobs
+    )
+    scripts = (
+        _keys(read_table(spark, settings, "silver.job_scripts"), jobs)
+        .join(
+            read_table(spark, settings, "silver.scripts").select("cluster", "script_hash", "batch_size"),
+            on=["cluster", "script_hash"],
+            how="inner",
+        )
+        .select("cluster", "job_id", "batch_size")
+    )
+    return diagnose_failures(jobs, steps, logs, gpu_signals(samples, jobs), scripts, config, ctx.now())
+
+
+def build_failures(ctx: Context, cluster: str, month: str) -> FailureCounts:
+    """Diagnose every failed/cancelled job of the cluster that ended in `month` (YYYY-MM) and replace that
+    cluster-month of gold.failures with the result; returns the counts written."""
+    ctx.progress(f"failures: diagnosing {cluster} {month} ...")
+    rows = diagnose(ctx, cluster, month)
+    predicate = f"cluster = '{cluster.replace(chr(39), chr(39) * 2)}' AND month = '{month}'"
+    replace_where(ctx.spark, ctx.settings, GOLD_FAILURES.name, rows, predicate)
+    written = read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name).where(predicate)
+    summary = written.groupBy("cause").agg(
+        F.count("*").alias("jobs"), F.sum("lost_gpu_hours").alias("gpu_h"), F.sum("lost_usd").alias("usd")
+    )
+    counts = FailureCounts(cluster=cluster, month=month)
+    for r in summary.collect():
+        counts.by_cause[r["cause"]] = int(r["jobs"])
+        counts.jobs += int(r["jobs"])
+        counts.lost_gpu_hours += float(r["gpu_h"] or 0.0)
+        counts.lost_usd += float(r["usd"] or 0.0)
+    counts.by_cause = dict(sorted(counts.by_cause.items(), key=lambda kv: -kv[1]))
+    ctx.progress(f"failures: {counts.jobs} job(s) diagnosed into gold.failures")
+    return counts

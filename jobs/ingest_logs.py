@@ -1,0 +1,92 @@
+"""`jobfit ingest logs PATH... --cluster C`: the tails of jobs' stdout/stderr files into silver.job_logs."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+
+import pandas as pd
+from pyspark.sql import functions as F
+
+from jobs.context import Context, UsageError
+from jobs.ingest import IngestReport, SourceFile, read_inputs, write_bronze, write_quarantine
+from jobs.tables import merge_into
+from pipelines.failures import parse_log_file_name
+from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE, SILVER_JOB_LOGS
+
+HELP = (
+    "job stdout/stderr files named by job id (123.err, slurm-123.out, 123_7.err) into silver.job_logs "
+    "(their last --tail-kb KiB), for `jobfit failures`"
+)
+DEFAULT_TAIL_KB = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--tail-kb: how much of the end of each file to keep."""
+    parser.add_argument(
+        "--tail-kb",
+        type=int,
+        default=DEFAULT_TAIL_KB,
+        metavar="N",
+        help=f"keep the last N KiB of each file (default {DEFAULT_TAIL_KB}); errors are at the end",
+    )
+
+
+def _tail(f: SourceFile, tail_bytes: int) -> tuple[str, int, int, int]:
+    """The file's last `tail_bytes` as text starting at a line boundary; its size, first tail line number."""
+    data = "\n".join(f.lines).encode("utf-8")
+    if len(data) <= tail_bytes:
+        return data.decode("utf-8"), len(data), len(data), 1
+    cut = data[-tail_bytes:]
+    newline = cut.find(b"\n")
+    cut = cut[newline + 1 :] if newline >= 0 else cut
+    text = cut.decode("utf-8", errors="ignore")
+    first_line = len(f.lines) - len(text.splitlines()) + 1
+    return text, len(cut), len(data), first_line
+
+
+def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+    """Read log files; keep each one's tail in bronze.logs and silver.job_logs; unnamed ones to quarantine."""
+    if args.tail_kb < 1:
+        raise UsageError(f"--tail-kb must be at least 1, got {args.tail_kb}")
+    files = read_inputs(args.paths)
+    report = IngestReport(source="logs", cluster=args.cluster, files=len(files), read=len(files))
+    now = pd.Timestamp(ctx.now())
+    rows, rejects, bronze = [], [], []
+    for f in files:
+        try:
+            job_id, stream = parse_log_file_name(f.name)
+        except ValueError as exc:
+            rejects.append((args.cluster, "logs", f.name, 0, "\n".join(f.lines[-5:])[:2000], str(exc), now))
+            continue
+        text, tail_bytes, file_bytes, first = _tail(f, args.tail_kb * 1024)
+        sha = f.sha256 if f.name != "<stdin>" else hashlib.sha256(text.encode()).hexdigest()
+        rows.append((args.cluster, job_id, stream, text, tail_bytes, file_bytes, sha, f.name, now))
+        bronze += [
+            (args.cluster, f.name, sha, first + i, line, now) for i, line in enumerate(text.splitlines())
+        ]
+    ctx.progress(f"logs: {len(rows)} file(s) named by job id, {len(rejects)} not")
+    spark = ctx.spark
+    if bronze:
+        frame = spark.createDataFrame(pd.DataFrame(bronze, columns=BRONZE_SCHEMA.fieldNames()), BRONZE_SCHEMA)
+        report.add("bronze.logs", write_bronze(ctx, "logs", frame))
+    if rejects:
+        frame = spark.createDataFrame(
+            pd.DataFrame(rejects, columns=QUARANTINE.schema.fieldNames()), QUARANTINE.schema
+        )
+        report.quarantined = len(rejects)
+        report.add(QUARANTINE.name, write_quarantine(ctx, frame))
+    if rows:
+        # The same job and stream twice in one call: the file given last wins.
+        latest = {(r[0], r[1], r[2]): r for r in rows}
+        report.superseded = len(rows) - len(latest)
+        frame = spark.createDataFrame(
+            pd.DataFrame(list(latest.values()), columns=SILVER_JOB_LOGS.schema.fieldNames()),
+            SILVER_JOB_LOGS.schema,
+        ).withColumn("ingested_at", F.col("ingested_at").cast("timestamp"))
+        counts = merge_into(
+            spark, ctx.settings, SILVER_JOB_LOGS.name, frame, update_when="t.file_sha256 <> s.file_sha256"
+        )
+        report.add(SILVER_JOB_LOGS.name, counts)
+        report.inserted, report.updated, report.unchanged = counts.inserted, counts.updated, counts.unchanged
+    return report

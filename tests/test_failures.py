@@ -1,0 +1,300 @@
+"""Failure diagnosis on Spark: the pattern table as rlike/when chains, accounting-only diagnoses, telemetry
+Xids, fix messages with the job's numbers, and the `ingest logs` / `failures` commands end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from conf import load_cluster
+from jobs.tables import merge_into
+from pipelines.failures import classify_text, diagnose_failures, gpu_signals, with_text_diagnosis
+from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOB_STEPS, SILVER_JOBS
+from tests.failures_helpers import CATEGORY_TO_CAUSE, confusion_table, real_error_logs
+
+GIB = 1024**3
+T0 = datetime(2026, 11, 3, 0, 0, 0)
+
+
+def _job(job_id: str, state: str, **kw: object) -> dict[str, object]:
+    row: dict[str, object] = {f.name: None for f in SILVER_JOBS.schema.fields}
+    row.update(
+        cluster="demo",
+        job_id=job_id,
+        source="slurm",
+        state=state,
+        user="ada",
+        is_final=True,
+        ingested_at=T0,
+        start_ts=T0,
+        end_ts=datetime(2026, 11, 3, 2, 14),
+        elapsed_s=8040,
+        alloc_cpus=8,
+        nodes=1,
+    )
+    row.update(kw)
+    return row
+
+
+# Hand-built silver.jobs rows; the TIMEOUT and CANCELLED ones transcribe real Princeton sacct lines
+# (reportseff conftest `bad_gpu_used` 46044267 and `multi_gpu` 8189521, real/sacct/).
+JOBS = [
+    _job(
+        "1",
+        "OUT_OF_MEMORY",
+        max_rss_bytes=int(61.8 * GIB),
+        req_mem_bytes=64 * GIB,
+        exit_code=0,
+        exit_signal=9,
+    ),
+    _job(
+        "46044267",
+        "TIMEOUT",
+        alloc_cpus=12,
+        elapsed_s=23 * 3600 + 5 * 60 + 24,
+        timelimit_s=23 * 3600,
+        req_mem_bytes=48000 * 1024**2,
+    ),
+    _job("3", "NODE_FAIL", node_list="c101", elapsed_s=3600),
+    _job(
+        "8189521",
+        "CANCELLED",
+        cancelled_by="129276",
+        alloc_cpus=28,
+        elapsed_s=19 * 3600 + 4 * 60 + 47,
+        timelimit_s=23 * 3600,
+    ),
+    _job("5", "CANCELLED", cancelled_by="0"),
+    _job("6", "FAILED", exit_code=1, exit_signal=0),
+    _job("7", "FAILED", exit_code=1, alloc_gpus=4, gpu_model="A100-SXM4-80GB", node_list="g012"),
+    _job("8", "FAILED", exit_code=1, alloc_gpus=2, gpu_model="A100-SXM4-80GB", node_list="g013"),
+    _job("9", "FAILED", exit_code=0, exit_signal=9, max_rss_bytes=int(31.9 * GIB), req_mem_bytes=32 * GIB),
+    _job("10", "PREEMPTED", elapsed_s=5400),
+    _job("11", "FAILED", exit_code=1, alloc_gpus=1, gpu_model="A100-SXM4-80GB", node_list="g014"),
+    _job("12", "FAILED", exit_code=2, node_list="g015,g016"),
+]
+LOGS = {
+    "8": "step 900 loss 1.9\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 79.15 GiB of which 1.10 GiB is free.",
+    "12": "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=4, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before "
+    "timing out.",
+    "5": "slurmstepd: error: *** JOB 5 ON c1 CANCELLED AT 2026-11-03T02:14:00 ***",
+}
+
+
+def _frame(spark: SparkSession, rows: list[dict[str, object]], schema) -> DataFrame:
+    return spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows], schema)
+
+
+def _sample(job_id: str, ts: datetime, xid: int, fb_used_gib: float, gpu: int = 3) -> dict[str, object]:
+    return {
+        "cluster": "demo",
+        "host": "g012" if job_id == "7" else "g014",
+        "device": f"GPU-{gpu}",
+        "gpu": gpu,
+        "ts": ts,
+        "xid": xid,
+        "fb_used_bytes": int(fb_used_gib * GIB),
+        "fb_total_bytes": 80 * GIB,
+        "label_job": job_id,
+        "job_id": job_id,
+        "attribution": "label",
+        "ingested_at": T0,
+        "model_name": "NVIDIA A100-SXM4-80GB",
+    }
+
+
+@pytest.fixture(scope="module")
+def diagnosed(spark: SparkSession) -> dict[str, dict[str, object]]:
+    jobs = _frame(spark, JOBS, SILVER_JOBS.schema)
+    steps = _frame(
+        spark,
+        [
+            {
+                "cluster": "demo",
+                "job_id": "9",
+                "step_id": "batch",
+                "state": "FAILED",
+                "exit_signal": 9,
+                "ingested_at": T0,
+            }
+        ],
+        SILVER_JOB_STEPS.schema,
+    )
+    samples = _frame(
+        spark,
+        [
+            _sample("7", datetime(2026, 11, 3, 1, 0), 0, 40.0),
+            _sample("7", datetime(2026, 11, 3, 2, 14), 79, 41.0),
+            # Xid 79 long after job 7 ended: outside the window, ignored
+            _sample("7", datetime(2026, 11, 3, 9, 0), 48, 1.0),
+            _sample("11", datetime(2026, 11, 3, 2, 10), 0, 79.6),
+        ],
+        SILVER_GPU_SAMPLES.schema,
+    )
+    logs = spark.createDataFrame(
+        [("demo", k, v) for k, v in LOGS.items()], "cluster string, job_id string, text string"
+    )
+    scripts = spark.createDataFrame([("demo", "11", 32)], "cluster string, job_id string, batch_size int")
+    out = diagnose_failures(jobs, steps, logs, gpu_signals(samples, jobs), scripts, load_cluster("demo"), T0)
+    return {r["job_id"]: r.asDict() for r in out.collect()}
+
+
+def test_spark_pattern_chain_agrees_with_classify_text_on_real_logs(
+    spark: SparkSession, real_data: Path
+) -> None:
+    logs = real_error_logs(real_data)
+    df = spark.createDataFrame([(n, t) for n, _, t in logs], "name string, text string")
+    got = {r["name"]: r for r in with_text_diagnosis(df).collect()}
+    pairs = [(CATEGORY_TO_CAUSE[c], got[n]["log_cause"] or "none") for n, c, _ in logs]
+    table = confusion_table(pairs)
+    print("\nreal error logs on Spark: expected (rows) vs classified (columns)\n" + table)
+    assert all(e == p for e, p in pairs), table
+    for name, _, text in logs:
+        py = classify_text(text)
+        assert py is not None
+        assert (got[name]["log_pattern"], got[name]["log_evidence"]) == (py.pattern_id, py.evidence), name
+    assert got["cuda_oom__murong-xu_CADS_4.txt"]["log_gpu_total_gib"] == 31.47
+    assert got["gpu_xid__leptonai_gpud_1174.txt"]["log_xid"] == 149
+
+
+def test_host_oom_from_accounting_quotes_peak_and_limit(diagnosed: dict) -> None:
+    d = diagnosed["1"]
+    assert (d["cause"], d["rule"], d["user_fixable"], d["confidence"]) == (
+        "host_oom",
+        "slurm_oom",
+        True,
+        0.95,
+    )
+    # 61.8 GiB x 1.25 = 77.25 -> 78G
+    assert d["suggested_fix"] == "peak RSS 61.8 GiB hit the 64.0 GiB limit: request --mem=78G (peak + 25 %)"
+    assert "no log archived" in d["evidence"]
+
+
+def test_timeout_quotes_elapsed_and_limit(diagnosed: dict) -> None:
+    d = diagnosed["46044267"]
+    assert (d["cause"], d["confidence"]) == ("time_limit", 0.95)
+    # 23:00:00 x 1.25 = 28:45:00 (already a multiple of 15 min)
+    assert d["suggested_fix"].startswith("ran 23:05:24 of a 23:00:00 limit")
+    assert "--time=28:45:00" in d["suggested_fix"]
+    # 12 cores x 23.09 h x $0.031611 + 46.875 GiB x 23.09 h x $0.004237
+    hours = (23 * 3600 + 5 * 60 + 24) / 3600
+    assert d["lost_core_hours"] == pytest.approx(12 * hours)
+    assert d["lost_usd"] == pytest.approx(12 * hours * 0.031611 + 48000 / 1024 * hours * 0.004237)
+
+
+def test_system_faults_are_not_blamed_on_the_user(diagnosed: dict) -> None:
+    node, preempt, admin = diagnosed["3"], diagnosed["10"], diagnosed["5"]
+    assert (node["cause"], node["user_fixable"]) == ("node_failure", False)
+    assert node["suggested_fix"].startswith("node c101 failed after 1:00:00")
+    assert (preempt["cause"], preempt["user_fixable"]) == ("preemption", False)
+    assert (admin["cause"], admin["detail"], admin["user_fixable"]) == ("cancelled", "by_admin", False)
+
+
+def test_cancelled_by_uid(diagnosed: dict) -> None:
+    d = diagnosed["8189521"]
+    assert (d["cause"], d["detail"], d["user_fixable"]) == ("cancelled", "by_user", True)
+    assert d["suggested_fix"].startswith("cancelled by uid 129276 after 19:04:47 of its 23:00:00 limit")
+
+
+def test_failed_without_log_gets_a_low_confidence_guess(diagnosed: dict) -> None:
+    d = diagnosed["6"]
+    assert (d["cause"], d["detail"], d["confidence"]) == ("software_error", "nonzero_exit", 0.3)
+    assert "not a certainty" in d["suggested_fix"] and "no log archived" in d["evidence"]
+
+
+def test_telemetry_xid_in_the_job_window_is_a_hardware_fault(diagnosed: dict) -> None:
+    d = diagnosed["7"]
+    assert (d["cause"], d["xid"], d["user_fixable"], d["primary_source"]) == (
+        "gpu_hardware",
+        79,
+        False,
+        "telemetry",
+    )
+    assert d["suggested_fix"] == (
+        "Xid 79 (GPU has fallen off the bus) on node g012 GPU 3 at 2026-11-03 02:14: hardware fault, "
+        "resubmit (--exclude=g012); reported to admins"
+    )
+    assert d["lost_gpu_hours"] == pytest.approx(4 * 8040 / 3600)
+
+
+def test_gpu_oom_from_the_log(diagnosed: dict) -> None:
+    d = diagnosed["8"]
+    assert (d["cause"], d["primary_source"], d["confidence"]) == ("gpu_oom", "log", 0.95)
+    assert d["suggested_fix"].startswith(
+        "CUDA ran out of memory on a 79.2 GiB GPU (tried to allocate 2.00 GiB more)"
+    )
+
+
+def test_gpu_oom_from_vram_at_card_size_quotes_batch(diagnosed: dict) -> None:
+    d = diagnosed["11"]
+    assert (d["cause"], d["detail"], d["confidence"]) == ("gpu_oom", "vram_at_limit", 0.55)
+    assert d["suggested_fix"].startswith(
+        "VRAM peaked at 79.6/80 GiB on A100-SXM4-80GB: reduce the per-GPU batch size from 32"
+    )
+
+
+def test_rss_at_limit_with_sigkill_is_a_likely_host_oom(diagnosed: dict) -> None:
+    d = diagnosed["9"]
+    assert (d["cause"], d["detail"], d["confidence"]) == ("host_oom", "rss_at_limit", 0.6)
+
+
+def test_nccl_timeout_quotes_the_wait(diagnosed: dict) -> None:
+    d = diagnosed["12"]
+    assert d["cause"] == "nccl_timeout"
+    assert d["suggested_fix"].startswith("a ALLREDUCE collective waited 1802 s past its 1800 s NCCL timeout")
+
+
+def test_ingest_logs_then_failures_end_to_end(jobfit, make_ctx, real_data: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    src = real_data / "errorlogs"
+    shutil.copy(src / "slurm_oom__Nesvilab_FragPipe_703.txt", logs / "slurm-101.out")
+    shutil.copy(src / "nccl_error__NVIDIA_nccl_2076.txt", logs / "102_3.err")
+    shutil.copy(src / "cuda_oom__kerrj_lerf_73.txt", logs / "notes.txt")
+    ctx = make_ctx()
+    jobs = [
+        _job("101", "FAILED", exit_code=0, exit_signal=9, req_mem_bytes=64 * GIB, max_rss_bytes=20 * GIB),
+        _job(
+            "102_3",
+            "FAILED",
+            exit_code=1,
+            alloc_gpus=8,
+            gpu_model="H100-SXM5-80GB",
+            user="bob",
+            node_list="g001",
+        ),
+        _job("103", "FAILED", exit_code=1, end_ts=datetime(2026, 10, 30, 0, 0)),
+    ]
+    merge_into(ctx.spark, ctx.settings, "silver.jobs", _frame(ctx.spark, jobs, SILVER_JOBS.schema))
+
+    res = jobfit("ingest", "logs", str(logs), "--cluster", "demo", "--json")
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    assert (report["files"], report["inserted"], report["quarantined"]) == (3, 2, 1)
+    again = json.loads(jobfit("ingest", "logs", str(logs), "--cluster", "demo", "--json").out)
+    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, 2)
+
+    res = jobfit("failures", "--cluster", "demo", "--month", "2026-11", "--json")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["jobs"] == 2 and out["by_cause"]["host_oom"]["jobs"] == 1
+    assert out["by_cause"]["nccl_error"]["lost_gpu_hours"] == pytest.approx(8 * 8040 / 3600, abs=0.01)
+    assert out["top_users"][0]["user"] == "bob"
+
+    res = jobfit("failures", "--cluster", "demo", "--job", "101")
+    assert res.code == 0, res.err
+    assert res.out.startswith(
+        "job 101 (ada, FAILED): host_oom / oom_kill (confidence 0.95, fixable by the user)"
+    )
+    assert "log (slurm_oom_kill): slurmstepd: error: Detected 1 oom-kill event(s)" in res.out
+
+    assert jobfit("failures", "--cluster", "demo", "--job", "999").code == 2
+    assert jobfit("failures", "--cluster", "demo").code == 2
+    assert jobfit("ingest", "logs", str(logs), "--cluster", "demo", "--tail-kb", "0").code == 2
