@@ -13,7 +13,8 @@ from jobs.context import Context
 
 # source name -> module; a source is listed once its module exists.
 SOURCES: dict[str, str] = {
-    "logs": "jobs.ingest_logs",
+    "k8s": "jobs.ingest_k8s",
+    "swf": "jobs.ingest_swf",
 }
 
 

@@ -1,0 +1,58 @@
+"""`jobfit ingest k8s PATH... --cluster C`: Kubernetes Pod objects (JSON lines or `kubectl get pods -o json`
+List documents) into silver.jobs with source `k8s`."""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from jobs.context import Context
+from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
+from jobs.ingest_swf import merge_jobs
+from pipelines.k8s import parse_pod, split_pod_records
+from pipelines.schemas import QUARANTINE, SILVER_JOBS
+
+HELP = "Kubernetes Pod objects (JSON lines, or kubectl get pods -o json lists) into silver.jobs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options beyond PATH, --cluster and --json."""
+
+
+def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+    """Read pod files into bronze.k8s_pods, parse pods into silver.jobs, quarantine bad records."""
+    files = read_inputs(args.paths)
+    report = IngestReport(source="k8s", cluster=args.cluster, files=len(files))
+    now = ctx.now()
+    rows: list[dict] = []
+    rejects: list[dict] = []
+    for f in files:
+        for no, raw, obj, reason in split_pod_records(f.lines):
+            report.read += 1
+            if reason is None:
+                try:
+                    rows.append({**parse_pod(obj), "source_file": f.name, "line_no": no})
+                    continue
+                except ValueError as exc:
+                    reason = str(exc)
+            rejects.append({"source_file": f.name, "line_no": no, "raw": raw, "reason": reason})
+    ctx.progress(f"k8s: {report.read} pod record(s) in {len(files)} file(s), {len(rejects)} rejected")
+    report.add("bronze.k8s_pods", write_bronze(ctx, "k8s_pods", bronze_frame(ctx, files, args.cluster)))
+    if rejects:
+        q = pd.DataFrame(rejects).assign(cluster=args.cluster, source="k8s", ingested_at=pd.Timestamp(now))
+        q = q[[f.name for f in QUARANTINE.schema.fields]]
+        report.quarantined = len(rejects)
+        report.add(
+            "quarantine", write_quarantine(ctx, ctx.spark.createDataFrame(q, schema=QUARANTINE.schema))
+        )
+    if rows:
+        names = [f.name for f in SILVER_JOBS.schema.fields]
+        extra = {"cluster": args.cluster, "ingested_at": now}
+        frame = ctx.spark.createDataFrame(
+            [tuple({**r, **extra}[n] for n in names) for r in rows], schema=SILVER_JOBS.schema
+        )
+        counts, report.superseded = merge_jobs(ctx, frame)
+        report.add(SILVER_JOBS.name, counts)
+        report.inserted, report.updated, report.unchanged = counts.inserted, counts.updated, counts.unchanged
+    return report
