@@ -1,0 +1,170 @@
+"""`jobfit ingest sacct PATH... --cluster C [--format F1,F2,...]` — sacct dumps into bronze.sacct,
+silver.jobs, silver.job_steps and quarantine.
+
+Every line read is accounted for: skipped (header, comment, blank), quarantined (with its reason),
+or a silver row that was inserted, updated, unchanged or superseded by a newer record of the same key
+(see `pipelines.sacct.newer_sql`). The run checks that these add up to the lines read.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.context import Context, DataError, UsageError
+from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
+from jobs.tables import MergeCounts, conform, merge_into, read_table
+from jobs.validate import validate
+from pipelines import sacct
+from pipelines.schemas import SILVER_JOB_STEPS, SILVER_JOBS, TableSpec
+
+HELP = "sacct --parsable/--parsable2 dumps (with a header line, or given --format) into the job tables"
+SOURCE = "sacct"
+# Columns that record where a row came from, not what it says: they never make a row "changed".
+_PROVENANCE = ("ingested_at", "source_file", "line_no")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        metavar="F1,F2,...",
+        help="field order of files without a header line, as given to sacct --format "
+        "(e.g. JobID,JobName,State,Elapsed); a file's own header line takes precedence",
+    )
+
+
+@dataclass
+class SacctReport(IngestReport):
+    """IngestReport plus the lines that carry no record (headers, comments, blank lines)."""
+
+    skipped: int = 0
+
+    def text(self) -> str:
+        return super().text() + f"\n  skipped (headers, comments, blank lines): {self.skipped}"
+
+
+def _layouts(files, fmt: tuple[str, ...] | None) -> dict[str, sacct.Layout]:
+    layouts: dict[str, sacct.Layout] = {}
+    for order, f in enumerate(files):
+        layout = sacct.detect_layout(f.lines, fmt, order)
+        if layout is None:
+            raise UsageError(f"{f.name}: no sacct header line; give the field order with --format")
+        missing = sacct.missing_required(layout)
+        if missing:
+            raise UsageError(f"{f.name}: the fields lack {', '.join(missing)}")
+        layouts[f.sha256] = layout
+    return layouts
+
+
+def parse_files(bronze: DataFrame, layouts: dict[str, sacct.Layout]) -> DataFrame:
+    """Every bronze line parsed, files with the same field order in one pass."""
+    groups: dict[tuple[str, ...], dict[str, int]] = {}
+    for sha, layout in layouts.items():
+        groups.setdefault(layout.fields, {})[sha] = layout.file_order
+    frames = [sacct.parse_lines(bronze, layouts[next(iter(orders))], orders) for orders in groups.values()]
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def _classify(ctx: Context, spec: TableSpec, batch: DataFrame) -> DataFrame:
+    """Each batch row against the stored table: insert (new key), unchanged (same content), update
+    (newer, see `newer_sql`) or superseded (the stored row is newer)."""
+    content = [f.name for f in spec.schema.fields if f.name not in _PROVENANCE]
+    source = conform(batch, spec).withColumn("_hash", sacct.content_hash(batch, content))
+    target = read_table(ctx.spark, ctx.settings, spec.name)
+    target = target.select(
+        *spec.key, "state", "end_ts", "start_ts", sacct.content_hash(target, content).alias("_hash")
+    ).withColumn("_present", F.lit(True))
+    joined = source.alias("s").join(target.alias("t"), list(spec.key), how="left")
+    category = (
+        F.when(F.col("t._present").isNull(), "insert")
+        .when(F.col("s._hash") == F.col("t._hash"), "unchanged")
+        .when(F.expr(sacct.newer_sql("s", "t")), "update")
+        .otherwise("superseded")
+    )
+    return joined.select(
+        *[F.col(k) for k in spec.key],
+        *[F.col(f"s.{f.name}") for f in spec.schema.fields if f.name not in spec.key],
+        category.alias("_category"),
+    )
+
+
+def _write(ctx: Context, spec: TableSpec, batch: DataFrame) -> tuple[MergeCounts, int]:
+    """MERGE the batch's new and newer rows; (counts, rows superseded by the stored table)."""
+    classified = _classify(ctx, spec, batch).persist(StorageLevel.MEMORY_AND_DISK)
+    counts = Counter({r["_category"]: r["count"] for r in classified.groupBy("_category").count().collect()})
+    if counts["insert"] or counts["update"]:
+        changed = classified.where(F.col("_category").isin("insert", "update"))
+        merge_into(ctx.spark, ctx.settings, spec.name, changed, update_when=sacct.newer_sql("s", "t"))
+    classified.unpersist()
+    return MergeCounts(counts["insert"], counts["update"], counts["unchanged"]), counts["superseded"]
+
+
+def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+    """Ingest the sacct files; returns the counts (also printed)."""
+    cluster = args.cluster.strip()
+    if not cluster:
+        raise UsageError("--cluster must not be empty")
+    try:
+        fmt = sacct.split_format(args.format) if args.format else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    files = read_inputs(args.paths)
+    layouts = _layouts(files, fmt)
+    report = SacctReport(
+        source=SOURCE, cluster=cluster, files=len(files), read=sum(len(f.lines) for f in files)
+    )
+    if report.read == 0:
+        ctx.progress("no lines to ingest")
+        return report
+
+    spark = ctx.spark
+    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    ctx.progress(f"reading {report.read} lines from {len(files)} file(s)")
+    bronze = bronze_frame(ctx, files, cluster).persist(StorageLevel.MEMORY_AND_DISK)
+    report.tables["bronze.sacct"] = {"inserted": write_bronze(ctx, SOURCE, bronze).inserted}
+
+    parsed = parse_files(bronze, layouts).persist(StorageLevel.MEMORY_AND_DISK)
+    kinds = Counter({r["record"]: r["count"] for r in parsed.groupBy("record").count().collect()})
+    report.skipped = kinds[sacct.SKIP]
+
+    steps, steps_superseded = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS.key)
+    jobs, jobs_superseded = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS.key)
+    superseded_in_batch = steps_superseded.count() + jobs_superseded.count()
+
+    ctx.progress("validating")
+    checked_jobs = validate(jobs, SILVER_JOBS.name, SOURCE)
+    checked_steps = validate(steps, SILVER_JOB_STEPS.name, SOURCE)
+    parse_rejects = parsed.where(F.col("record") == sacct.REJECT).select(
+        "cluster", F.lit(SOURCE).alias("source"), "source_file", "line_no", "raw", "reason"
+    )
+    rejects = parse_rejects.unionByName(checked_jobs.rejects).unionByName(checked_steps.rejects)
+    report.quarantined = kinds[sacct.REJECT] + checked_jobs.rejected + checked_steps.rejected
+    if report.quarantined:
+        write_quarantine(ctx, rejects)
+
+    ctx.progress("merging into silver")
+    superseded = superseded_in_batch
+    for spec, checked in ((SILVER_JOBS, checked_jobs), (SILVER_JOB_STEPS, checked_steps)):
+        counts, lost_to_stored = _write(ctx, spec, checked.valid)
+        report.add(spec.name, counts)
+        report.tables[spec.name]["superseded"] = lost_to_stored
+        report.inserted += counts.inserted
+        report.updated += counts.updated
+        report.unchanged += counts.unchanged
+        superseded += lost_to_stored
+    report.superseded = superseded
+    parsed.unpersist()
+    bronze.unpersist()
+
+    accounted = (
+        report.skipped + report.quarantined + report.inserted + report.updated + report.unchanged + superseded
+    )
+    if accounted != report.read:
+        raise DataError(f"sacct: {report.read} lines read but {accounted} accounted for")
+    return report
