@@ -13,6 +13,7 @@ from jobs.context import Context
 
 # source name -> module; a source is listed once its module exists.
 SOURCES: dict[str, str] = {
+    "sacct": "jobs.ingest_sacct",
     "k8s": "jobs.ingest_k8s",
     "swf": "jobs.ingest_swf",
 }
