@@ -47,7 +47,9 @@ def inject(out: Path, count: int, seed: int) -> list[dict]:
     """Insert `count` bad records spread over sacct, dcgm and k8s files; returns the manifest rows."""
     rng = random.Random(seed * 31 + 7)
     files = {
-        "sacct": sorted((out / "sacct").glob("*.txt")),
+        "sacct": sorted(
+            p for p in (out / "sacct").glob("*.txt") if p.read_text(encoding="utf-8").count("\n") > 1
+        ),
         "dcgm": sorted((out / "dcgm").glob("*.prom")),
         "k8s": sorted((out / "k8s").glob("*.jsonl")),
     }
