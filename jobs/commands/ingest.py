@@ -15,6 +15,7 @@ from jobs.context import Context
 SOURCES: dict[str, str] = {
     "sacct": "jobs.ingest_sacct",
     "k8s": "jobs.ingest_k8s",
+    "dcgm": "jobs.ingest_dcgm",
     "swf": "jobs.ingest_swf",
 }
 

@@ -1,0 +1,218 @@
+"""dcgm-exporter telemetry (Prometheus text scrapes, or a CSV long-format archive) into silver.gpu_samples.
+
+Input: bronze lines. A Prometheus line is `METRIC{labels} VALUE [TIMESTAMP_MS]`; `#` lines (HELP/TYPE) and
+blank lines are skipped. A line without a timestamp takes its file's scrape time (chosen in jobs/: a time in
+the file name, else the file's modification time). A CSV archive has the header `timestamp,metric,labels,
+value`; `timestamp` is ISO-8601 or epoch seconds (milliseconds when above 1e12); `labels` is a Prometheus
+label set, with or without braces, CSV-quoted.
+
+Output: one row per GPU (or MIG instance) per timestamp per label copy, the metrics in KEPT_METRICS pivoted
+into columns (framebuffer MiB -> bytes). Rejected (with a reason): lines that are not samples, values that are
+not numbers, series without a host or GPU identity, and samples whose timestamp goes back in time against the
+previous sample of the same series in the same file. Metrics outside KEPT_METRICS are counted, not kept."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+MIB = 1024**2
+
+# dcgm-exporter metric -> (silver.gpu_samples column, factor into the column's unit)
+KEPT_METRICS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_util_pct", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", float(MIB)),
+    "DCGM_FI_DEV_FB_FREE": ("fb_free_bytes", float(MIB)),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active_frac", 1.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active_frac", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0),
+}
+
+_PROM_RE = r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{(.*)\})?\s+(\S+)(\s+(-?[0-9]+))?\s*$"
+_LABEL_RE = r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"'
+_LABELS_OK_RE = r'^\s*([a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,\s*|$))*$'
+_CSV_RE = r"^([^,]*),([^,]*),(.*),([^,]*)$"
+CSV_HEADER = "timestamp,metric,labels,value"
+
+
+def _label(labels: Column, *names: str) -> Column:
+    """The first non-empty of several label names (the exporter renamed some: Hostname -> hostname)."""
+    values = [F.when(F.element_at(labels, n) != "", F.element_at(labels, n)) for n in names]
+    return F.coalesce(*values) if len(values) > 1 else values[0]
+
+
+def _split_lines(lines: DataFrame, csv_files: list[str]) -> DataFrame:
+    """Per line: metric, label text, value text, timestamp (or null), and a shape error when it has none."""
+    is_csv = F.col("source_file").isin(csv_files) if csv_files else F.lit(False)
+    raw = F.col("raw")
+    csv_labels = F.regexp_replace(F.regexp_extract(raw, _CSV_RE, 3), '^"|"$', "")
+    csv_labels = F.regexp_replace(F.regexp_replace(csv_labels, '""', '"'), r"^\{|\}$", "")
+    csv_ts_text = F.trim(F.regexp_extract(raw, _CSV_RE, 1))
+    csv_num = csv_ts_text.try_cast("double")
+    csv_ts = F.coalesce(
+        F.when(csv_num > 1e12, F.timestamp_millis(csv_num.cast("long"))).when(
+            csv_num.isNotNull(), F.timestamp_micros((csv_num * 1e6).cast("long"))
+        ),
+        F.try_to_timestamp(F.regexp_replace(csv_ts_text, "Z$", "")),
+    )
+    prom_ts = F.regexp_extract(raw, _PROM_RE, 6)
+    return lines.select(
+        "*",
+        F.when(is_csv, F.trim(F.regexp_extract(raw, _CSV_RE, 2)))
+        .otherwise(F.regexp_extract(raw, _PROM_RE, 1))
+        .alias("metric"),
+        F.when(is_csv, csv_labels).otherwise(F.regexp_extract(raw, _PROM_RE, 3)).alias("label_text"),
+        F.when(is_csv, F.trim(F.regexp_extract(raw, _CSV_RE, 4)))
+        .otherwise(F.regexp_extract(raw, _PROM_RE, 4))
+        .alias("value_text"),
+        F.when(is_csv, csv_ts)
+        .otherwise(F.when(prom_ts != "", F.timestamp_millis(prom_ts.cast("long"))))
+        .alias("line_ts"),
+        F.when(is_csv & ~raw.rlike(_CSV_RE), F.lit("not a CSV row of timestamp,metric,labels,value"))
+        .when(is_csv & csv_ts.isNull(), F.lit("timestamp is neither ISO-8601 nor epoch seconds"))
+        .when(~is_csv & ~raw.rlike(_PROM_RE), F.lit("not a Prometheus sample line"))
+        .alias("shape_error"),
+    )
+
+
+def parse_dcgm_lines(
+    bronze: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(samples: one row per kept metric value, rejects in quarantine shape, unkept metric counts).
+
+    `scrape_ts` maps source_file to the time of lines without a timestamp; `csv_files` lists the sources
+    in CSV long format (their header line is skipped)."""
+    trimmed = F.trim(F.col("raw"))
+    lines = bronze.filter((trimmed != "") & ~trimmed.startswith("#") & (F.lower(trimmed) != CSV_HEADER))
+    file_ts = (
+        F.create_map(*[F.lit(x) for k, v in scrape_ts.items() for x in (k, v)])
+        if scrape_ts
+        else F.create_map().cast("map<string,timestamp>")
+    )
+    split = _split_lines(lines, csv_files)
+    keys = F.regexp_extract_all("label_text", F.lit(_LABEL_RE), 1)
+    vals = F.regexp_extract_all("label_text", F.lit(_LABEL_RE), 2)
+    labels_ok = F.col("label_text").rlike(_LABELS_OK_RE) & (F.size(F.array_distinct(keys)) == F.size(keys))
+    value = F.col("value_text").try_cast("double")
+    ts = F.coalesce(F.col("line_ts"), F.element_at(file_ts, F.col("source_file")).cast("timestamp"))
+    parsed = split.withColumn("labels", F.when(labels_ok, F.map_from_arrays(keys, vals))).select(
+        "*",
+        value.alias("value"),
+        ts.alias("ts"),
+        _label(F.col("labels"), "hostname", "Hostname").alias("host"),
+        _label(F.col("labels"), "UUID", "gpu_uuid").alias("uuid"),
+        F.element_at("labels", "gpu").alias("gpu_text"),
+        F.element_at("labels", "GPU_I_ID").alias("gi_text"),
+    )
+    kept = F.col("metric").isin(list(KEPT_METRICS))
+    reason = (
+        F.when(F.col("shape_error").isNotNull(), F.col("shape_error"))
+        .when(~labels_ok, F.lit("malformed or repeated labels"))
+        .when(value.isNull(), F.format_string("value %s is not a number", F.col("value_text")))
+        .when(F.col("ts").isNull(), F.lit("no timestamp and no scrape time for the file"))
+        .when(kept & F.col("host").isNull(), F.lit("no hostname/Hostname label"))
+        .when(kept & F.col("uuid").isNull() & F.col("gpu_text").isNull(), F.lit("no gpu or UUID label"))
+        .when(
+            kept & F.col("gpu_text").isNotNull() & F.col("gpu_text").try_cast("int").isNull(),
+            F.lit("gpu label is not a number"),
+        )
+    )
+    checked = parsed.withColumn("reason", reason)
+    # Time must not go backwards within a series of one file (Prometheus rejects such samples too).
+    series = Window.partitionBy("source_file", "metric", "label_text").orderBy("line_no")
+    prev = F.max("ts").over(series.rowsBetween(Window.unboundedPreceding, -1))
+    checked = checked.withColumn(
+        "reason",
+        F.coalesce(
+            F.col("reason"),
+            F.when(
+                F.col("reason").isNull() & (F.col("ts") < prev),
+                F.format_string(
+                    "timestamp out of order: earlier than an earlier line's %s", prev.cast("string")
+                ),
+            ),
+        ),
+    )
+    rejects = checked.filter(F.col("reason").isNotNull()).select(
+        "cluster", F.lit("dcgm").alias("source"), "source_file", "line_no", "raw", "reason", "ingested_at"
+    )
+    good = checked.filter(F.col("reason").isNull())
+    unkept = good.filter(~kept).groupBy("metric").count()
+    labels = F.col("labels")
+    pod = _label(labels, "pod", "pod_name")
+    namespace = _label(labels, "namespace", "pod_namespace")
+    gi = F.col("gi_text").try_cast("int")
+    samples = good.filter(kept).select(
+        "cluster",
+        "host",
+        F.concat(
+            F.coalesce(F.col("uuid"), F.concat(F.lit("gpu"), F.col("gpu_text"))),
+            F.when(gi.isNotNull(), F.concat(F.lit("/gi"), gi.cast("string"))).otherwise(F.lit("")),
+        ).alias("device"),
+        F.col("gpu_text").try_cast("int").alias("gpu"),
+        "uuid",
+        _label(labels, "modelName", "model_name").alias("model_name"),
+        gi.alias("mig_gi_id"),
+        _label(labels, "GPU_I_PROFILE").alias("mig_profile"),
+        "ts",
+        F.coalesce(
+            _label(labels, "hpc_job"),
+            F.when(pod.isNotNull(), F.concat_ws("/", F.coalesce(namespace, F.lit("")), pod)),
+            F.lit(""),
+        ).alias("label_job"),
+        "metric",
+        "value",
+        "source_file",
+        "line_no",
+        "ingested_at",
+    )
+    return samples, rejects, unkept
+
+
+SAMPLE_KEY = ("cluster", "host", "device", "ts", "label_job")
+
+
+def pivot_samples(samples: DataFrame) -> DataFrame:
+    """One row per (cluster, host, device, ts, label_job) with the metrics as columns in their units; a
+    metric given twice for the same sample keeps its later line. Attribution columns are left empty."""
+    aggs = []
+    for metric, (column, factor) in KEPT_METRICS.items():
+        picked = F.max_by(
+            F.when(F.col("metric") == metric, F.col("value")),
+            F.when(F.col("metric") == metric, F.col("line_no")),
+        )
+        aggs.append((picked * F.lit(factor)).alias(column))
+    wide = samples.groupBy(*SAMPLE_KEY).agg(
+        F.first("gpu", ignorenulls=True).alias("gpu"),
+        F.first("uuid", ignorenulls=True).alias("uuid"),
+        F.first("model_name", ignorenulls=True).alias("model_name"),
+        F.first("mig_gi_id", ignorenulls=True).alias("mig_gi_id"),
+        F.first("mig_profile", ignorenulls=True).alias("mig_profile"),
+        *aggs,
+        F.min_by("source_file", "line_no").alias("source_file"),
+        F.min("line_no").alias("line_no"),
+        F.max("ingested_at").alias("ingested_at"),
+    )
+    return wide.select(
+        *SAMPLE_KEY[:3],
+        "gpu",
+        "uuid",
+        "model_name",
+        "mig_gi_id",
+        "mig_profile",
+        "ts",
+        "gpu_util_pct",
+        F.round("fb_used_bytes").cast("long").alias("fb_used_bytes"),
+        F.round(F.col("fb_used_bytes") + F.col("fb_free_bytes")).cast("long").alias("fb_total_bytes"),
+        "sm_active_frac",
+        "tensor_active_frac",
+        "power_w",
+        F.col("xid").cast("int").alias("xid"),
+        "label_job",
+        F.lit(None).cast("string").alias("job_id"),
+        F.lit("unattributed").alias("attribution"),
+        "source_file",
+        "line_no",
+        "ingested_at",
+    )

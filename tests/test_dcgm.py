@@ -1,0 +1,209 @@
+"""DCGM ingest: real dcgm-exporter excerpts (Hostname label, MIG instance, framebuffer MiB, broken lines,
+template values), synthetic scrapes with timestamps (hostname label, hpc_job copies, out-of-order time),
+a CSV archive, and the CLI path with attribution against pods in silver.jobs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from jobs.context import Context
+from jobs.ingest import bronze_frame, read_source_file
+from jobs.ingest_dcgm import is_csv_archive, scrape_time
+from pipelines.dcgm import parse_dcgm_lines, pivot_samples
+
+MIB = 1024**2
+T0 = datetime(2026, 11, 3, 10, 0, 0)
+T0_MS = 1793700000000  # 2026-11-03T10:00:00Z in ms
+
+SYNTHETIC = f"""# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-b",modelName="A100",hostname="g001",hpc_job="201"}} 60 {T0_MS}
+DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-b",hostname="g001",hpc_job="202"}} 60 {T0_MS}
+DCGM_FI_DEV_FB_USED{{gpu="1",UUID="GPU-b",hostname="g001",hpc_job="201"}} 2048 {T0_MS}
+DCGM_FI_DEV_FB_FREE{{gpu="1",UUID="GPU-b",hostname="g001",hpc_job="201"}} 79872 {T0_MS}
+DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-a",hostname="g001"}} 5 {T0_MS}
+DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-a",hostname="g001"}} 7 {T0_MS + 30000}
+DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-a",hostname="g001"}} 9 {T0_MS + 15000}
+DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="GPU-a",Hostname="g001"}} 61.5 {T0_MS}
+DCGM_FI_DEV_GPU_UTIL{{gpu="2",UUID="GPU-c",modelName="NVIDIA A100-SXM4-80GB"}} 1 {T0_MS}
+DCGM_FI_DEV_GPU_UTIL{{gpu="3",UUID="GPU-d",hostname="g001"}} NaNish {T0_MS}
+DCGM_FI_DEV_GPU_UTIL{{gpu="3",UUID="GPU-d",hostname="g001" 5 {T0_MS}
+DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="GPU-a",hostname="g001"}} 40 {T0_MS}
+"""
+
+CSV = "\n".join(
+    [
+        "timestamp,metric,labels,value",
+        '2026-11-03T10:00:00Z,DCGM_FI_DEV_GPU_UTIL,"gpu=""0"",UUID=""GPU-a"",hostname=""g002""",42',
+        '1793700030,DCGM_FI_DEV_GPU_UTIL,"{gpu=""0"",UUID=""GPU-a"",hostname=""g002""}",44',
+        'yesterday,DCGM_FI_DEV_GPU_UTIL,"gpu=""0"",UUID=""GPU-a"",hostname=""g002""",44',
+    ]
+)
+
+
+def _parse(spark: SparkSession, paths: list[Path]):
+    ctx = Context(environ={}, quiet=True)
+    ctx.use_spark(spark)
+    files = [read_source_file(str(p)) for p in paths]
+    csv = [f.name for f in files if is_csv_archive(f)]
+    scrape = {f.name: scrape_time(f, T0) for f in files if f.name not in csv}
+    samples, rejects, unkept = parse_dcgm_lines(bronze_frame(ctx, files, "demo"), scrape, csv)
+    return samples, rejects, unkept
+
+
+@pytest.fixture(scope="module")
+def parsed(spark: SparkSession, real_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Real excerpts (copied under a name that carries the scrape time) and synthetic files, parsed once."""
+    d = tmp_path_factory.mktemp("dcgm")
+    paths = []
+    for src, name in [
+        (real_data / "samples" / "hpc_dcgm_exporter_real_metric_lines.txt", "real-2026-11-03T10:00:00Z.prom"),
+        (
+            real_data / "telemetry" / "dcgm-exporter_scrape_V100__NVIDIA_dcgm-exporter_250.prom",
+            "v100.1793700000.prom",
+        ),
+        (real_data / "samples" / "dcgm-exporter-k8s-pod-labels-gke.txt", "gke-2026-11-03T10:00:00Z.prom"),
+        (
+            real_data / "telemetry" / "dcgm-exporter_scrape_H100_MIG_k8s__NVIDIA_dcgm-exporter_512.prom",
+            "mig.prom",
+        ),
+    ]:
+        shutil.copy(src, d / name)
+        paths.append(d / name)
+    (d / "synthetic.prom").write_text(SYNTHETIC)
+    (d / "archive.csv").write_text(CSV)
+    paths += [d / "synthetic.prom", d / "archive.csv"]
+    samples, rejects, unkept = _parse(spark, paths)
+    wide = pivot_samples(samples)
+    return {
+        "rows": {(r["host"], r["device"], r["ts"], r["label_job"]): r.asDict() for r in wide.collect()},
+        "rejects": sorted(
+            (Path(r["source_file"]).name, r["line_no"], r["reason"]) for r in rejects.collect()
+        ),
+        "unkept": {r["metric"]: r["count"] for r in unkept.collect()},
+        "lines": samples.count(),
+    }
+
+
+def test_real_framebuffer_and_xid(parsed: dict) -> None:
+    # Block 1 (gpu-operator #467): FB_FREE 80328, FB_USED 741 (MiB), XID 0; pod="" means no job label
+    r = parsed["rows"][("nvidia-dcgm-exporter-d2khm", "GPU-c89b14a3-ce7c-6725-8424-b55d37d9c332", T0, "")]
+    assert (r["fb_used_bytes"], r["fb_total_bytes"], r["xid"]) == (741 * MIB, (741 + 80328) * MIB, 0)
+    assert (r["gpu"], r["model_name"], r["mig_gi_id"], r["gpu_util_pct"]) == (
+        0,
+        "NVIDIA A100 80GB PCIe",
+        None,
+        None,
+    )
+
+
+def test_real_mig_instance_later_line_wins(parsed: dict) -> None:
+    # Block 2 (dcgm-exporter #68): A30 MIG 2g.12gb GPU_I_ID 1, tensor 0.000000 then 0.022137, no timestamps
+    r = parsed["rows"][("dcgm-exporter-sn5rp", "GPU-603a8873-0edd-c157-ce48-2078e8b1a935/gi1", T0, "")]
+    assert (r["mig_gi_id"], r["mig_profile"], r["tensor_active_frac"]) == (1, "2g.12gb", 0.022137)
+
+
+def test_real_v100_scrape_time_from_epoch_name(parsed: dict) -> None:
+    r = parsed["rows"][("r6i3n0", "GPU-a6158b59-2c1e-1e63-0068-9178c4298abd", T0, "")]
+    assert (r["gpu_util_pct"], r["model_name"]) == (0.0, "Tesla V100-SXM2-32GB")
+
+
+def test_hpc_job_copies_and_hostname_spellings(parsed: dict) -> None:
+    rows = parsed["rows"]
+    a, b = rows[("g001", "GPU-b", T0, "201")], rows[("g001", "GPU-b", T0, "202")]
+    assert a["gpu_util_pct"] == b["gpu_util_pct"] == 60.0  # one row per copy, never summed
+    assert a["fb_used_bytes"] == 2048 * MIB and b["fb_used_bytes"] is None
+    # hostname and Hostname series of the same GPU land in one sample
+    r = rows[("g001", "GPU-a", T0, "")]
+    assert (r["gpu_util_pct"], r["power_w"]) == (5.0, 61.5)
+    assert rows[("g002", "GPU-a", T0, "")]["gpu_util_pct"] == 42.0  # CSV, ISO time
+    assert rows[("g002", "GPU-a", datetime(2026, 11, 3, 10, 0, 30), "")]["gpu_util_pct"] == 44.0  # epoch s
+    assert len(rows) == 9
+
+
+def test_rejects_with_reasons(parsed: dict) -> None:
+    rejects = parsed["rejects"]
+    reasons = [
+        (f, n, r)
+        for f, n, r in rejects
+        if f in ("synthetic.prom", "archive.csv", "real-2026-11-03T10:00:00Z.prom")
+    ]
+    assert reasons == [
+        ("archive.csv", 4, "timestamp is neither ISO-8601 nor epoch seconds"),
+        ("real-2026-11-03T10:00:00Z.prom", 30, "not a Prometheus sample line"),  # $ cat .../job-mapping/0
+        ("real-2026-11-03T10:00:00Z.prom", 31, "not a Prometheus sample line"),  # 5
+        ("synthetic.prom", 9, "timestamp out of order: earlier than an earlier line's 2026-11-03 10:00:30"),
+        ("synthetic.prom", 11, "no hostname/Hostname label"),
+        ("synthetic.prom", 12, "value NaNish is not a number"),
+        ("synthetic.prom", 13, "not a Prometheus sample line"),
+    ]
+    # the GKE fixture's doubled braces and {placeholder} values are not samples
+    assert [r for f, _, r in rejects if f.startswith("gke")] == ["malformed or repeated labels"] * 6
+
+
+def test_metrics_not_kept_are_counted(parsed: dict) -> None:
+    unkept = parsed["unkept"]
+    assert unkept["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == 1 + 3  # the A30 block + the three H100 MIG lines
+    assert unkept["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == 4 and unkept["DCGM_FI_DEV_POWER_MGMT_LIMIT"] == 2
+    assert unkept["DCGM_FI_DEV_GPU_TEMP"] == 1 and unkept["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 1
+
+
+def test_cli_ingest_attributes_and_reingests(jobfit, tmp_path: Path) -> None:
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "p1", "namespace": "ml", "creationTimestamp": "2026-11-03T09:00:00Z"},
+        "spec": {
+            "nodeName": "g001",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+        },
+        "status": {"phase": "Running", "startTime": "2026-11-03T09:00:00Z"},
+    }
+    (tmp_path / "pods.jsonl").write_text(json.dumps(pod) + "\n")
+    assert jobfit("ingest", "k8s", str(tmp_path / "pods.jsonl"), "--cluster", "demo").code == 0
+    scrape = tmp_path / "g001-2026-11-03T10:00:00Z.prom"
+    scrape.write_text(
+        '# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",hostname="g001"} 5\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",hostname="g001",hpc_job="77"} 9\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-z",hostname="g009"} 1\nbroken line\n'
+    )
+    first = json.loads(jobfit("ingest", "dcgm", str(scrape), "--cluster", "demo", "--json").out)
+    assert (first["read"], first["inserted"], first["quarantined"]) == (4, 3, 1)
+    assert first["tables"]["attribution (samples)"] == {"overlap": 1, "label": 1, "unattributed": 1}
+    again = json.loads(jobfit("ingest", "dcgm", str(scrape), "--cluster", "demo", "--json").out)
+    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, 3)
+    rows = json.loads(
+        jobfit(
+            "sql",
+            "SELECT host, device, ts, job_id, attribution FROM silver.gpu_samples ORDER BY host, device",
+            "--json",
+        ).out
+    )["rows"]
+    assert rows == [
+        {
+            "host": "g001",
+            "device": "GPU-a",
+            "ts": "2026-11-03 10:00:00",
+            "job_id": "ml/p1",
+            "attribution": "overlap",
+        },
+        {
+            "host": "g001",
+            "device": "GPU-b",
+            "ts": "2026-11-03 10:00:00",
+            "job_id": "77",
+            "attribution": "label",
+        },
+        {
+            "host": "g009",
+            "device": "GPU-z",
+            "ts": "2026-11-03 10:00:00",
+            "job_id": None,
+            "attribution": "unattributed",
+        },
+    ]
