@@ -25,13 +25,13 @@ _KEY = ("cluster", "host", "device", "ts", "label_job")
 def _gpu_index_array(text: F.Column) -> F.Column:
     """`0,2-3` (or Slurm's `IDX:0,2-3`) as an array of ints; null for null text."""
     items = F.split(F.regexp_replace(text, r"^IDX:|[()\s]", ""), ",")
-    ranges = F.transform(
-        items,
-        lambda i: F.sequence(
-            F.split(i, "-").getItem(0).cast("int"),
-            F.coalesce(F.split(i, "-").getItem(1).cast("int"), F.split(i, "-").getItem(0).cast("int")),
-        ),
-    )
+
+    def bounds(item: F.Column) -> F.Column:
+        parts = F.split(item, "-")
+        lo = F.try_element_at(parts, F.lit(1)).try_cast("int")
+        return F.sequence(lo, F.coalesce(F.try_element_at(parts, F.lit(2)).try_cast("int"), lo))
+
+    ranges = F.transform(items, bounds)
     return F.when(text.isNotNull() & (F.trim(text) != ""), F.flatten(ranges))
 
 
