@@ -78,3 +78,27 @@ def build_failures(ctx: Context, cluster: str, month: str) -> FailureCounts:
     counts.by_cause = dict(sorted(counts.by_cause.items(), key=lambda kv: -kv[1]))
     ctx.progress(f"failures: {counts.jobs} job(s) diagnosed into gold.failures")
     return counts
+
+
+def score_against_truth(ctx: Context, cluster: str, month: str, truth_path: str) -> list[tuple[str, str]]:
+    """(true cause, diagnosed cause) for every job of the cluster-month that the simulator's truth.parquet
+    marks as failed or cancelled, or that gold.failures diagnosed; "none" on the side that has no cause."""
+    truth = (
+        ctx.spark.read.parquet(truth_path)
+        .where((F.col("cluster") == cluster) & (F.date_format("end_ts", "yyyy-MM") == month))
+        .select("job_id", F.col("failure_cause").alias("truth"))
+    )
+    diagnosed = (
+        read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name)
+        .where((F.col("cluster") == cluster) & (F.col("month") == month))
+        .select("job_id", F.col("cause").alias("predicted"))
+    )
+    pairs = truth.join(diagnosed, on="job_id", how="full_outer").select(
+        F.coalesce("truth", F.lit("none")).alias("truth"),
+        F.coalesce("predicted", F.lit("none")).alias("predicted"),
+    )
+    return [
+        (r["truth"], r["predicted"])
+        for r in pairs.collect()
+        if (r["truth"], r["predicted"]) != ("none", "none")
+    ]

@@ -15,8 +15,8 @@ from conf import ClusterConfig
 from pipelines.xid import APPLICATION_XIDS, SYSTEM_FAULT_XIDS, XID_CATALOGUE, codes_regex
 
 GIB = 1024**3
-# A peak within 3 % of its limit counts as "at the limit": sacct and DCGM sample, so the true peak is higher.
-AT_LIMIT_FRAC = 0.97
+# A peak within 5 % of its limit counts as "at the limit": sacct and DCGM sample, so the true peak is higher.
+AT_LIMIT_FRAC = 0.95
 HEADROOM = 1.25  # recommended request = peak + 25 %
 # Telemetry Xids count when seen from the job's start to this long after its end (the driver logs late).
 XID_GRACE_S = 300
@@ -220,14 +220,21 @@ def log_facts(text: str) -> dict[str, str]:
     return facts
 
 
+_COMPILED = tuple(re.compile(_ci(p.regex)) for p in LOG_PATTERNS)
+
+
 def classify_text(text: str | None) -> TextDiagnosis | None:
     """The first LOG_PATTERNS entry matching the text (case-insensitive), or None when nothing matches."""
     if not text:
         return None
-    for p in LOG_PATTERNS:
-        match = re.search(_ci(r"[^\n]*(?:" + p.regex + r")[^\n]*"), text)
+    for p, compiled in zip(LOG_PATTERNS, _COMPILED, strict=True):
+        match = compiled.search(text)
         if match:
-            evidence = match.group(0).strip()[:EVIDENCE_CHARS]
+            # the whole line holding the match, as the Spark chain's `[^\n]*(?:...)[^\n]*` extracts it
+            start = text.rfind("\n", 0, match.start()) + 1
+            end = text.find("\n", match.end())
+            line = text[start : end if end >= 0 else len(text)]
+            evidence = line.strip()[:EVIDENCE_CHARS]
             return TextDiagnosis(p.pattern_id, p.cause, p.detail, p.confidence, evidence, log_facts(text))
     return None
 
@@ -521,10 +528,13 @@ def _fix_messages() -> Column:
         F.greatest(F.coalesce(F.col("nodes"), F.lit(1)), F.lit(1)),
     )
     per_node = F.when(nodes > 1, F.lit(" per node")).otherwise(F.lit(""))
-    mem_rec = F.ceil(F.coalesce(rss, req) * HEADROOM / nodes / GIB).cast("long")
+    # Sampled peaks (sacct MaxRSS, cgroup polls) miss the spike that killed the job: below the limit, size
+    # the recommendation on the limit instead.
+    at_limit = rss >= req * AT_LIMIT_FRAC
+    mem_rec = F.ceil(F.when(at_limit, rss).otherwise(req) * HEADROOM / nodes / GIB).cast("long")
     host_oom = F.coalesce(
         F.when(
-            rss.isNotNull() & req.isNotNull(),
+            at_limit,
             F.format_string(
                 "peak RSS %s GiB hit the %s GiB limit: request --mem=%dG%s (peak + 25 %%)",
                 _gib(rss),
@@ -536,9 +546,13 @@ def _fix_messages() -> Column:
         F.when(
             req.isNotNull(),
             F.format_string(
-                "the job hit its %s GiB memory limit (no peak recorded): request --mem=%dG%s (limit + 25 %%) "
+                "the job ran out of memory at its %s GiB limit%s: request --mem=%dG%s (limit + 25 %%) "
                 "and check the peak with seff",
                 _gib(req),
+                F.coalesce(
+                    F.format_string(" (the sampled peak, %s GiB, missed the spike)", _gib(rss)),
+                    F.lit(" (no peak recorded)"),
+                ),
                 mem_rec,
                 per_node,
             ),

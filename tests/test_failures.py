@@ -4,7 +4,6 @@ Xids, fix messages with the job's numbers, and the `ingest logs` / `failures` co
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -13,9 +12,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from conf import load_cluster
 from jobs.tables import merge_into
+from pipelines.failure_eval import CATEGORY_TO_CAUSE, confusion_table, error_log_body
 from pipelines.failures import classify_text, diagnose_failures, gpu_signals, with_text_diagnosis
 from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOB_STEPS, SILVER_JOBS
-from tests.failures_helpers import CATEGORY_TO_CAUSE, confusion_table, real_error_logs
+from tests.failures_helpers import real_error_logs
 
 GIB = 1024**3
 T0 = datetime(2026, 11, 3, 0, 0, 0)
@@ -255,9 +255,13 @@ def test_ingest_logs_then_failures_end_to_end(jobfit, make_ctx, real_data: Path,
     logs = tmp_path / "logs"
     logs.mkdir()
     src = real_data / "errorlogs"
-    shutil.copy(src / "slurm_oom__Nesvilab_FragPipe_703.txt", logs / "slurm-101.out")
-    shutil.copy(src / "nccl_error__NVIDIA_nccl_2076.txt", logs / "102_3.err")
-    shutil.copy(src / "cuda_oom__kerrj_lerf_73.txt", logs / "notes.txt")
+    # The real logs' text without the header naming their source thread, as a job's own file would be.
+    for real, name in (
+        ("slurm_oom__Nesvilab_FragPipe_703.txt", "slurm-101.out"),
+        ("nccl_error__NVIDIA_nccl_2076.txt", "102_3.err"),
+        ("cuda_oom__kerrj_lerf_73.txt", "notes.txt"),
+    ):
+        (logs / name).write_text(error_log_body((src / real).read_text(encoding="utf-8")), encoding="utf-8")
     ctx = make_ctx()
     jobs = [
         _job("101", "FAILED", exit_code=0, exit_signal=9, req_mem_bytes=64 * GIB, max_rss_bytes=20 * GIB),
@@ -294,6 +298,9 @@ def test_ingest_logs_then_failures_end_to_end(jobfit, make_ctx, real_data: Path,
         "job 101 (ada, FAILED): host_oom / oom_kill (confidence 0.95, fixable by the user)"
     )
     assert "log (slurm_oom_kill): slurmstepd: error: Detected 1 oom-kill event(s)" in res.out
+    # sacct's 20 GiB peak missed the spike: the fix sizes on the 64 GiB limit (x 1.25 = 80G)
+    assert "ran out of memory at its 64.0 GiB limit (the sampled peak, 20.0 GiB, missed the spike)" in res.out
+    assert "--mem=80G (limit + 25 %)" in res.out
 
     assert jobfit("failures", "--cluster", "demo", "--job", "999").code == 2
     assert jobfit("failures", "--cluster", "demo").code == 2

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.failure_eval import CATEGORY_TO_CAUSE, confusion_table
 from pipelines.failures import CAUSES, LOG_PATTERNS, classify_text, log_facts, parse_log_file_name
 from pipelines.xid import APPLICATION, HARDWARE, INFORMATIONAL, XID_CATALOGUE, describe
-from tests.failures_helpers import CATEGORY_TO_CAUSE, confusion_table, real_error_logs
+from tests.failures_helpers import real_error_logs
 
 
 def test_every_real_error_log_gets_the_cause_a_person_assigned(real_data: Path) -> None:

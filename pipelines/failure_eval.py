@@ -1,0 +1,64 @@
+"""Scoring failure diagnoses against labels: real error logs' categories, or the simulator's truth."""
+
+from __future__ import annotations
+
+# The category a person gave each real error log (its file-name prefix) -> the cause the classifier must give.
+CATEGORY_TO_CAUSE: dict[str, str] = {
+    "cuda_illegal_access": "software_error",
+    "cuda_oom": "gpu_oom",
+    "gpu_ecc": "gpu_hardware",
+    "gpu_xid": "gpu_hardware",
+    "k8s_exit137_not_oom": "k8s_exit137",
+    "k8s_oomkilled": "k8s_oomkilled",
+    "nccl_error": "nccl_error",
+    "nccl_timeout": "nccl_timeout",
+    "slurm_oom": "host_oom",
+    "slurm_timelimit": "time_limit",
+}
+
+
+def error_log_body(text: str) -> str:
+    """The log text of a real error-log file: after its `-----` header line, without the scout's
+    annotation lines (those starting with '---' or '#', as each file's NOTE says)."""
+    body = text.split("\n-----\n", 1)[1] if "\n-----\n" in text else text
+    return "\n".join(line for line in body.splitlines() if not line.startswith(("---", "#")))
+
+
+def confusion_table(pairs: list[tuple[str, str]]) -> str:
+    """A text confusion table of (expected, predicted) pairs: rows expected, columns predicted."""
+    expected = sorted({e for e, _ in pairs})
+    predicted = sorted({p for _, p in pairs} | set(expected))
+    width = max(len(x) for x in [*expected, "expected"])
+    head = "expected".ljust(width) + " | " + " ".join(p[:8].rjust(8) for p in predicted)
+    lines = [head, "-" * len(head)]
+    for e in expected:
+        cells = [str(sum(1 for ee, pp in pairs if ee == e and pp == p)) for p in predicted]
+        lines.append(e.ljust(width) + " | " + " ".join(c.rjust(8) for c in cells))
+    return "\n".join(lines)
+
+
+def precision_recall(pairs: list[tuple[str, str]]) -> dict[str, dict[str, float]]:
+    """Per label: support (true count), predicted count, precision and recall (None when undefined)."""
+    labels = sorted({e for e, _ in pairs} | {p for _, p in pairs})
+    out: dict[str, dict[str, float]] = {}
+    for label in labels:
+        tp = sum(1 for e, p in pairs if e == label and p == label)
+        support = sum(1 for e, _ in pairs if e == label)
+        predicted = sum(1 for _, p in pairs if p == label)
+        out[label] = {
+            "support": support,
+            "predicted": predicted,
+            "precision": tp / predicted if predicted else None,
+            "recall": tp / support if support else None,
+        }
+    return out
+
+
+def precision_recall_text(scores: dict[str, dict[str, float]]) -> str:
+    """The per-label precision/recall table as text."""
+    lines = [f"{'cause':<16} {'support':>7} {'predicted':>9} {'precision':>9} {'recall':>7}"]
+    for label, s in scores.items():
+        p = "-" if s["precision"] is None else f"{s['precision']:.3f}"
+        r = "-" if s["recall"] is None else f"{s['recall']:.3f}"
+        lines.append(f"{label:<16} {s['support']:>7} {s['predicted']:>9} {p:>9} {r:>7}")
+    return "\n".join(lines)
