@@ -60,7 +60,7 @@ def _flat_metrics(metrics: dict[str, dict[str, object]]) -> dict[str, float]:
 def champion_version(client: MlflowClient, name: str) -> str | None:
     """The version the champion alias points at, or None when the model or alias does not exist."""
     try:
-        return client.get_model_version_by_alias(name, CHAMPION).version
+        return str(client.get_model_version_by_alias(name, CHAMPION).version)
     except MlflowException:
         return None
 

@@ -49,11 +49,14 @@ def gpu_options(cluster: ClusterConfig | None) -> list[tuple[float, str, str | N
 
 
 def choose_gpu(vram_per_gpu_bytes: float, cluster: ClusterConfig | None) -> dict[str, object] | None:
-    """The smallest GPU or MIG slice whose memory holds the recommended VRAM per GPU (None when none do)."""
-    for memory_gib, model, profile in gpu_options(cluster):
-        if memory_gib * GIB >= vram_per_gpu_bytes:
-            return {"gpu_model": model, "mig_profile": profile, "memory_gib": memory_gib}
-    return None
+    """The cheapest GPU or MIG slice (GPU-hour price x slice share) whose memory holds the recommended
+    VRAM per GPU; on equal price the smaller memory. None when nothing fits or the cluster has no GPUs."""
+    fitting = [o for o in gpu_options(cluster) if o[0] * GIB >= vram_per_gpu_bytes]
+    if not fitting or cluster is None:
+        return None
+    price = lambda o: cluster.prices.gpu_hour_for(o[1]) * mig_fraction(o[2])  # noqa: E731
+    memory_gib, model, profile = min(fitting, key=lambda o: (price(o), o[0]))
+    return {"gpu_model": model, "mig_profile": profile, "memory_gib": memory_gib}
 
 
 def query_row(info: object, user: str, submit_ts: pd.Timestamp) -> pd.DataFrame:
