@@ -18,7 +18,7 @@ from jobs.context import Context, DataError
 from jobs.simulator import simulate
 from jobs.simulator.dcgm import DEFAULT_INTERVAL_S
 
-DEFAULT_JOBS = 2000
+DEFAULT_JOBS = 1000
 DEFAULT_SEED = 42
 # Simulator folder -> ingest source, in the order the sources depend on each other: accounting first
 # (silver.jobs), then what attaches to jobs (scripts, telemetry attribution, logs), then pods.

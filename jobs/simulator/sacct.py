@@ -9,7 +9,7 @@ from jobs.simulator.catalog import GIB
 from jobs.simulator.model import DAY, Job, hostlist
 from jobs.simulator.scripts import fmt_time, gres_name
 
-FIELDS = [
+ROW_ORDER = [
     "JobID",
     "JobIDRaw",
     "JobName",
@@ -38,6 +38,10 @@ FIELDS = [
     "AveRSS",
     "TRESUsageInMax",
 ]
+# The header the dumps carry: this site's --format puts NodeList last (sites order fields as they like;
+# readers go by the header). NodeList is never empty ("None assigned" before a job starts).
+FIELDS = [f for f in ROW_ORDER if f != "NodeList"] + ["NodeList"]
+_REORDER = [ROW_ORDER.index(f) for f in FIELDS]
 HEADER = "|".join(FIELDS)
 DUMP_DELAY_S = 300  # the cron job runs `sacct -S <day-12h> -E <day+1>` five minutes after midnight
 OVERLAP_S = 12 * 3600
@@ -332,7 +336,7 @@ def rows(job: Job, at: int) -> list[str]:
                 job.start + 2,
             )
         )
-    return ["|".join(r) for r in out]
+    return ["|".join(r[k] for k in _REORDER) for r in out]
 
 
 class SacctDumper:

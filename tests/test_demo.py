@@ -1,0 +1,59 @@
+"""`jobfit demo`: simulates, ingests through the real `jobfit ingest` paths, runs the stages that exist,
+skips the ones that do not, and reports tables; bad arguments exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jobs.commands import demo
+
+
+def test_demo_ingests_through_the_cli_and_summarises(
+    jobfit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pods and logs are the quick sources; sacct and the heavier stages have their own tests. A stage name
+    # that no command provides must be reported as skipped, not fail the demo.
+    monkeypatch.setattr(demo, "INGEST_ORDER", (("k8s", "k8s"), ("logs", "logs"), ("dcgm", "nonexistent")))
+    monkeypatch.setattr(demo, "STAGES", (("no-such-stage", True),))
+    out = tmp_path / "demo"
+    res = jobfit("demo", "--jobs", "60", "--seed", "3", "--month", "2026-02", "--out", str(out), "--json")
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    assert report["month"] == "2026-02" and report["cluster"] == "demo"
+    assert report["simulation"]["jobs"] == 60 and report["simulation"]["pods"] == 6
+    truth = pd.read_parquet(out / "truth.parquet")
+    assert len(truth) == 60
+    steps = {s["command"]: s for s in report["steps"]}
+    from jobs.commands.ingest import SOURCES
+
+    for source in ("k8s", "logs"):
+        if source in SOURCES:
+            step = steps[f"ingest {source}"]
+            assert step["exit"] == 0 and step["result"]["quarantined"] == 0
+            assert step["argv"][:2] == ["ingest", source]
+    if "k8s" in SOURCES:
+        assert steps["ingest k8s"]["result"]["read"] == 6
+        assert report["tables"]["silver.jobs"] == 6
+    assert "ingest nonexistent" in report["skipped"] and "no-such-stage" in report["skipped"]
+    assert "quarantine" not in report["tables"] or report["tables"]["quarantine"] == 0
+    assert "demo:" in res.err  # progress on stderr, results on stdout
+
+
+def test_demo_text_summary_and_bad_arguments(jobfit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo, "INGEST_ORDER", ())
+    monkeypatch.setattr(demo, "STAGES", ())
+    res = jobfit("demo", "--jobs", "20", "--month", "2026-01", "--out", str(tmp_path / "d"))
+    assert res.code == 0, res.err
+    assert "simulated on demo for 2026-01" in res.out
+    assert (tmp_path / "d" / "sacct").is_dir()
+    bad = jobfit("demo", "--jobs", "0", "--out", str(tmp_path / "d"))
+    assert bad.code == 2 and bad.err.count("\n") == 1 and "--jobs" in bad.err
+    (tmp_path / "file").write_text("x")
+    bad = jobfit("demo", "--jobs", "5", "--out", str(tmp_path / "file"))
+    assert bad.code == 2 and "not a folder" in bad.err
+    bad = jobfit("simulate", "--cluster", "demo", "--month", "2026-13", "--out", str(tmp_path / "s"))
+    assert bad.code == 2 and bad.err.count("\n") == 1

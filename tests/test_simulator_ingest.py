@@ -1,0 +1,44 @@
+"""Everything the simulator writes goes through `jobfit ingest` with nothing quarantined except the records it
+was asked to break, and every one of those lands in quarantine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conf import load_cluster
+from jobs.commands.ingest import SOURCES
+from jobs.simulator import simulate
+from jobs.tables import read_table
+
+# Simulator folder -> ingest source (the demo's order: accounting before what attaches to jobs).
+FOLDERS = (("sacct", "sacct"), ("scripts", "scripts"), ("dcgm", "dcgm"), ("k8s", "k8s"), ("logs", "logs"))
+
+
+def test_every_simulated_record_is_ingested_and_every_bad_one_quarantined(
+    jobfit, make_ctx, tmp_path: Path
+) -> None:
+    out = tmp_path / "sim"
+    simulate(load_cluster("demo"), "2026-03", 80, seed=11, out=out, inject_bad=9)
+    manifest = [json.loads(line) for line in (out / "bad_records.jsonl").read_text().splitlines()]
+    ran = []
+    for folder, source in FOLDERS:
+        if source not in SOURCES:
+            continue
+        res = jobfit("ingest", source, str(out / folder), "--cluster", "demo", "--json")
+        assert res.code == 0, res.err
+        report = json.loads(res.out)
+        expected_bad = sum(1 for m in manifest if m["source"] == source)
+        assert report["quarantined"] == expected_bad, (source, report)
+        ran.append(source)
+    assert "sacct" in ran
+    ctx = make_ctx()
+    rows = (
+        read_table(ctx.spark, ctx.settings, "quarantine").select("source", "source_file", "line_no").collect()
+    )
+    got = sorted((r.source, Path(r.source_file).relative_to(out).as_posix(), r.line_no) for r in rows)
+    want = sorted((m["source"], m["file"], m["line_no"]) for m in manifest if m["source"] in ran)
+    assert got == want
+    jobs = read_table(ctx.spark, ctx.settings, "silver.jobs")
+    n_slurm = jobs.filter("source = 'slurm'").count()
+    assert n_slurm == 72  # 80 jobs, 10 % of them pods
