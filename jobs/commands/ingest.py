@@ -17,6 +17,7 @@ SOURCES: dict[str, str] = {
     "k8s": "jobs.ingest_k8s",
     "dcgm": "jobs.ingest_dcgm",
     "swf": "jobs.ingest_swf",
+    "logs": "jobs.ingest_logs",
 }
 
 
