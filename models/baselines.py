@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from features.table import TargetSpec
-from models.calibrate import conformal_offset, shortfall_scores
+from models.calibrate import cap_at_request, capped_offset
 
 # name -> (history column suffix per group, fixed log-margin or None when tuned on the calibration slice).
 # VPA/KRR: p90 + 15 % margin (kubernetes/autoscaler DefaultRecommenderConfig); Tsafrir et al. 2007: mean
@@ -42,9 +42,11 @@ class Baseline:
         return value.to_numpy(dtype="float64")
 
     def predict(self, table: pd.DataFrame, request_col: str) -> np.ndarray:
-        """Recommendation per row: history x exp(margin), else the request, else the default."""
-        fallback = table[request_col].fillna(self.default).to_numpy(dtype="float64")
-        history = self.history_value(table) * np.exp(self.margin_log)
+        """Recommendation per row: history x exp(margin) capped at the request, else the request, else
+        the default."""
+        request = table[request_col].to_numpy(dtype="float64")
+        fallback = np.where(np.isfinite(request), request, self.default)
+        history = cap_at_request(self.history_value(table) * np.exp(self.margin_log), request)
         return np.where(np.isfinite(history), history, fallback)
 
     @property
@@ -67,11 +69,13 @@ def fit_baselines(train: pd.DataFrame, cal: pd.DataFrame, spec: TargetSpec, rate
 
 def _tuned_margin(base: Baseline, cal: pd.DataFrame, spec: TargetSpec, rate: float) -> float:
     """The log-margin on history estimates that meets the rate on the calibration slice, counting the
-    jobs that fall back to their request as they are."""
+    jobs that fall back to their request, and jobs that needed more than they requested, as fixed."""
     history = base.history_value(cal)
     has_history = np.isfinite(history)
     required = cal[f"{spec.name}_required"].to_numpy(dtype="float64")
+    request = cal[spec.request].to_numpy(dtype="float64")
     fallback = base.predict(cal, spec.request)
     fixed_failures = int((fallback[~has_history] < required[~has_history]).sum())
-    scores = shortfall_scores(required[has_history], history[has_history])
-    return conformal_offset(scores, rate, fixed_failures=fixed_failures, n_total=len(cal))
+    return capped_offset(
+        required[has_history], history[has_history], request[has_history], rate, fixed_failures, len(cal)
+    )

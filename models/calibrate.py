@@ -38,3 +38,30 @@ def max_expected_rate(rate: float, n: int, sigmas: float = 2.0) -> float:
     """The under-provision rate a calibrated predictor stays below on n held-out jobs, within sampling
     error (binomial standard deviation x sigmas)."""
     return rate + sigmas * math.sqrt(rate * (1 - rate) / max(n, 1))
+
+
+def cap_at_request(predicted: np.ndarray, request: np.ndarray) -> np.ndarray:
+    """A recommendation never above what the job asked for (where the request is known)."""
+    predicted = np.asarray(predicted, dtype="float64")
+    request = np.asarray(request, dtype="float64")
+    return np.where(np.isfinite(request), np.minimum(predicted, request), predicted)
+
+
+def capped_offset(
+    required: np.ndarray,
+    predicted: np.ndarray,
+    request: np.ndarray,
+    rate: float,
+    fixed_failures: int = 0,
+    n_total: int | None = None,
+) -> float:
+    """Conformal log-shift for recommendations min(predicted x e^c, request): a job that needed more
+    than its request (censored OOM/TIMEOUT) falls short whatever c is, so it counts as a fixed failure
+    (added to `fixed_failures` of other jobs of the slice, `n_total` in all)."""
+    required = np.asarray(required, dtype="float64")
+    request = np.asarray(request, dtype="float64")
+    always_short = np.isfinite(request) & (request < required)
+    scores = shortfall_scores(required[~always_short], np.asarray(predicted, dtype="float64")[~always_short])
+    n_total = len(required) if n_total is None else n_total
+    fixed = fixed_failures + int(always_short.sum())
+    return conformal_offset(scores, rate, fixed_failures=fixed, n_total=n_total)

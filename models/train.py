@@ -11,7 +11,7 @@ import pandas as pd
 from features.scripts import TextEmbedder, fit_text_embedder
 from features.table import TARGETS, TargetSpec, base_feature_columns
 from models.baselines import Baseline, fit_baselines
-from models.calibrate import conformal_offset, shortfall_scores
+from models.calibrate import cap_at_request, capped_offset
 from models.metrics import evaluate_predictions
 
 # A target is trained only with at least this many jobs that measured it (train + calibration + test).
@@ -99,8 +99,13 @@ class Predictor:
         return np.exp(self.booster.predict(self.design(table), num_threads=self.params.num_threads))
 
     def predict(self, table: pd.DataFrame) -> np.ndarray:
-        """The calibrated recommendation: raw x exp(offset), at least the target's floor."""
-        return np.maximum(self.predict_raw(table) * np.exp(self.offset_log), self.floor)
+        """The calibrated recommendation: raw x exp(offset), at least the target's floor, at most the
+        job's own request where it states one (the calibration assumed that cap)."""
+        shifted = np.maximum(self.predict_raw(table) * np.exp(self.offset_log), self.floor)
+        request = TARGETS[self.target].request
+        if request not in table:
+            return shifted
+        return cap_at_request(shifted, table[request].to_numpy(dtype="float64"))
 
 
 @dataclass
@@ -167,8 +172,12 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
     predictor = Predictor(
         spec.name, booster, embedder, numeric, categorical, categories, 0.0, rate, spec.floor, params
     )
-    scores = shortfall_scores(split.cal[f"{spec.name}_required"], predictor.predict(split.cal))
-    predictor.offset_log = conformal_offset(scores, rate)
+    predictor.offset_log = capped_offset(
+        split.cal[f"{spec.name}_required"].to_numpy(),
+        np.maximum(predictor.predict_raw(split.cal), spec.floor),
+        split.cal[spec.request].to_numpy(dtype="float64"),
+        rate,
+    )
     baselines = fit_baselines(split.train, split.cal, spec, rate)
     metrics = {"model": evaluate_predictions(split.test, spec, predictor.predict(split.test))}
     for base in baselines:

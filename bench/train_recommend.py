@@ -1,0 +1,130 @@
+"""Training time per cluster at 100k and 1M jobs, and `jobfit recommend` latency in-process; prints figures.
+
+    .venv/bin/python bench/train_recommend.py                    # 100k and 1M jobs, 1 and 2 threads
+    .venv/bin/python bench/train_recommend.py --sizes 20000 --quick
+    .venv/bin/python bench/train_recommend.py --skip-recommend
+
+Jobs come from tests/predict_data.synthetic_cluster (a seeded cluster with per-script needs, user
+over-request factors, OOM and TIMEOUT). Training = feature table (pandas) + the four targets, each
+LightGBM quantile fit + conformal calibration + every baseline. Recommend latency = the full in-process
+`recommend()` (Spark read of the user's jobs from Delta, features, four champion predictions) over
+repeated calls, beside the model-only part (features + predictions on a frame already in memory)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from features.table import TARGETS, build_training_table  # noqa: E402
+from models.train import TrainParams, train_target  # noqa: E402
+from tests.predict_data import GIB, synthetic_cluster  # noqa: E402
+
+GPU_MEM = {"A100-SXM4-80GB": 80 * GIB}
+
+
+def bench_training(n_jobs: int, threads: int, rounds: int) -> dict[str, float]:
+    """Seconds for the feature table and for each target's training at one size."""
+    jobs, scripts = synthetic_cluster(n_jobs, n_users=max(40, n_jobs // 2500), seed=1)
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+    table = build_training_table(jobs, scripts, GPU_MEM)
+    times["features"] = time.perf_counter() - t
+    params = TrainParams(num_boost_round=rounds, num_threads=threads)
+    for name, spec in TARGETS.items():
+        t = time.perf_counter()
+        train_target(table, spec, params, 0.02)
+        times[name] = time.perf_counter() - t
+    times["total"] = sum(times.values())
+    return times
+
+
+def bench_recommend(n_jobs: int, calls: int) -> dict[str, float]:
+    """p50/p95 milliseconds of in-process recommend calls (full and model-only)."""
+    import pandas as pd
+
+    from jobs.commands.recommend import recommend
+    from jobs.context import Context
+    from jobs.tables import table_path
+    from pipelines.schemas import SILVER_JOBS, SILVER_SCRIPTS
+    from tests.test_recommend import NEW_SCRIPT
+
+    tmp = Path(tempfile.mkdtemp(prefix="jobfit-bench-"))
+    ctx = Context(
+        environ={
+            "JOBFIT_WAREHOUSE": str(tmp / "warehouse"),
+            "JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
+            "JOBFIT_SPARK__MASTER": "local[2]",
+            "JOBFIT_SPARK__SHUFFLE_PARTITIONS": "2",
+        },
+        quiet=True,
+    )
+    jobs, scripts = synthetic_cluster(n_jobs, n_users=40, seed=2)
+    for spec, frame in ((SILVER_JOBS, jobs.copy()), (SILVER_SCRIPTS, scripts.copy())):
+        frame["ingested_at"] = pd.Timestamp("2026-04-01")
+        frame["is_final"] = True
+        for field in spec.schema.fields:
+            if field.name not in frame:
+                frame[field.name] = None
+        frame = frame[[f.name for f in spec.schema.fields]].astype(object).where(frame.notna(), None)
+        ctx.spark.createDataFrame(frame, schema=spec.schema).write.format("delta").save(
+            table_path(ctx.settings, spec.name)
+        )
+    from jobs.commands import train
+
+    train.run(
+        ctx, argparse.Namespace(cluster="demo", json=True, targets=list(TARGETS), rounds=100, quantile=0.9)
+    )
+    recommend(ctx, NEW_SCRIPT, "demo", "u1")  # warm: loads and caches the champions
+    full = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        recommend(ctx, NEW_SCRIPT, "demo", "u1")
+        full.append((time.perf_counter() - t) * 1000)
+    return {
+        "p50_ms": statistics.median(full),
+        "p95_ms": statistics.quantiles(full, n=20)[-1] if len(full) >= 2 else full[0],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000", help="comma-separated job counts")
+    parser.add_argument("--threads", default="1,2", help="LightGBM threads to compare (comma-separated)")
+    parser.add_argument("--rounds", type=int, default=300, help="boosting rounds (jobfit train's default)")
+    parser.add_argument("--quick", action="store_true", help="20k jobs, 1 thread, 50 rounds, 10 calls")
+    parser.add_argument("--calls", type=int, default=30, help="recommend calls to time")
+    parser.add_argument("--recommend-jobs", type=int, default=20000, help="jobs in the recommend warehouse")
+    parser.add_argument("--skip-recommend", action="store_true")
+    args = parser.parse_args()
+    sizes = [20000] if args.quick else [int(s) for s in args.sizes.split(",")]
+    threads = [1] if args.quick else [int(t) for t in args.threads.split(",")]
+    rounds = 50 if args.quick else args.rounds
+    calls = 10 if args.quick else args.calls
+    print(f"training ({rounds} rounds; seconds; features = pandas feature table incl. as-of-submit history)")
+    print(
+        f"{'jobs':>9s} {'threads':>7s} {'features':>9s} "
+        + " ".join(f"{t:>8s}" for t in TARGETS)
+        + "    total"
+    )
+    for n in sizes:
+        for th in threads:
+            r = bench_training(n, th, rounds)
+            cells = " ".join(f"{r[t]:8.1f}" for t in TARGETS)
+            print(f"{n:9d} {th:7d} {r['features']:9.1f} {cells} {r['total']:8.1f}", flush=True)
+    if not args.skip_recommend:
+        lat = bench_recommend(args.recommend_jobs, calls)
+        print(
+            f"recommend in-process ({calls} calls, {args.recommend_jobs} jobs in silver.jobs, 4 champions): "
+            f"p50 {lat['p50_ms']:.0f} ms, p95 {lat['p95_ms']:.0f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()
