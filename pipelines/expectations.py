@@ -147,13 +147,18 @@ def expectation_columns(suite: gx.ExpectationSuite) -> list[str]:
     return list(seen)
 
 
+def _number(value: object) -> object:
+    """0.0 → 0 for readable reasons (GX stores bounds as floats)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def describe(config_type: str, kwargs: dict) -> str:
     """A readable one-line name of an expectation: `gpu_util_peak_pct between 0 and 100`."""
     col = kwargs.get("column")
     if config_type == "expect_column_values_to_not_be_null":
         return f"{col} not null"
     if config_type == "expect_column_values_to_be_between":
-        lo, hi = kwargs.get("min_value"), kwargs.get("max_value")
+        lo, hi = (_number(kwargs.get(k)) for k in ("min_value", "max_value"))
         return f"{col} >= {lo}" if hi is None else f"{col} between {lo} and {hi}"
     if config_type == "expect_column_values_to_be_in_set":
         return f"{col} in the allowed set"

@@ -1,0 +1,156 @@
+"""Benchmark `jobfit ingest sacct` end to end against a bare `pandas.read_csv(sep='|')` of the same file.
+
+Generates N sacct --parsable2 lines (jobs with their .batch/.extern/.0 steps, arrays, per-CPU and per-node
+ReqMem, every duration form), then times both in the same run and prints lines/second and the ratio.
+
+    .venv/bin/python bench/ingest_sacct.py             # 1,000,000 lines
+    .venv/bin/python bench/ingest_sacct.py --lines 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+HEADER = (
+    "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|State|ExitCode|Submit|Start|End|Elapsed|Timelimit|"
+    "AllocCPUS|ReqMem|MaxRSS|NTasks|NNodes|NodeList|AllocTRES|TotalCPU|TRESUsageInMax"
+)
+STATES = ["COMPLETED"] * 14 + [
+    "FAILED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "CANCELLED by 1234",
+    "RUNNING",
+    "PENDING",
+]
+
+
+def _dur(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def generate(path: Path, lines: int, seed: int = 7) -> int:
+    """Write about `lines` sacct lines (a header plus jobs of 4 lines each); returns the lines written."""
+    rng = random.Random(seed)
+    t0 = datetime(2026, 1, 1)
+    written = 1
+    with path.open("w") as out:
+        out.write(HEADER + "\n")
+        job = 1_000_000
+        while written + 4 <= lines:
+            job += 1
+            cpus = rng.choice([1, 2, 4, 8, 16, 32])
+            gpus = rng.choice([0, 0, 0, 1, 2, 4])
+            nodes = 1 if cpus < 32 else 2
+            state = rng.choice(STATES)
+            submit = t0 + timedelta(seconds=rng.randrange(30 * 86400))
+            start = submit + timedelta(seconds=rng.randrange(3600))
+            elapsed = rng.randrange(60, 3 * 86400)
+            end = (
+                "Unknown"
+                if state in ("RUNNING", "PENDING")
+                else (start + timedelta(seconds=elapsed)).isoformat()
+            )
+            jid = f"{job}_{rng.randrange(100)}" if rng.random() < 0.3 else str(job)
+            req_mem = rng.choice([f"{4000 * cpus}Mc", f"{16 * nodes}Gn", f"{8 * cpus}G", "0n"])
+            tres = f"cpu={cpus},mem={8 * cpus}G,node={nodes},billing={cpus}"
+            if gpus:
+                tres += f",gres/gpu={gpus},gres/gpu:a100={gpus}"
+            total_cpu = rng.randrange(elapsed * cpus + 1)
+            common = f"{submit.isoformat()}|{start.isoformat()}|{end}|{_dur(elapsed)}"
+            rss = f"{rng.randrange(1, 64_000_000)}K"
+            usage = f"cpu={_dur(total_cpu)},mem={rss}" + (
+                f",gres/gpumem={rng.randrange(1, 80_000)}M,gres/gpuutil={rng.randrange(101)}" if gpus else ""
+            )
+            node_list = f"n[{rng.randrange(100):03d}-{rng.randrange(100, 200):03d}]" if nodes > 1 else "n001"
+            rows = [
+                f"{jid}|{job}|train_{job % 97}|u{job % 50}|lab{job % 7}|gpu|normal|{state}|0:0|{common}|"
+                f"{_dur(rng.choice([3600, 86400, 2 * 86400]))}|{cpus}|{req_mem}||1|{nodes}|{node_list}|"
+                f"{tres}|{_dur(total_cpu)}|",
+                f"{jid}.batch|{job}.batch|batch|||gpu||{state.split()[0]}|0:0|{common}||{cpus}||{rss}|1|1|n001|"
+                f"|{_dur(total_cpu // 2)}|{usage}",
+                f"{jid}.extern|{job}.extern|extern|||gpu||COMPLETED|0:0|{common}||{cpus}||1024K|1|{nodes}|"
+                f"{node_list}||00:00.001|cpu=00:00:00,mem=1024K",
+                f"{jid}.0|{job}.0|python|||gpu||{state.split()[0]}|0:0|{common}||{cpus}||{rss}|{cpus}|{nodes}|"
+                f"{node_list}||{total_cpu % 60:02d}:{total_cpu % 59:02d}.{total_cpu % 1000:03d}|{usage}",
+            ]
+            out.write("\n".join(rows) + "\n")
+            written += 4
+    return written
+
+
+def time_pandas(path: Path) -> float:
+    """Seconds for a bare pandas.read_csv of the file (every field as text)."""
+    started = time.perf_counter()
+    frame = pd.read_csv(path, sep="|", dtype=str, keep_default_na=False)
+    elapsed = time.perf_counter() - started
+    assert len(frame) > 0
+    return elapsed
+
+
+def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict]:
+    """Seconds for `jobfit ingest sacct` as a fresh process (Spark start-up included), and its report."""
+    env = {**os.environ, "JOBFIT_WAREHOUSE": str(warehouse)}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [
+            str(REPO / ".venv" / "bin" / "jobfit"),
+            "-q",
+            "ingest",
+            "sacct",
+            str(path),
+            "--cluster",
+            "bench",
+            "--json",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.exit(f"jobfit failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return elapsed, json.loads(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--lines", type=int, default=1_000_000, help="sacct lines to generate (default 1,000,000)"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="jobfit-bench-") as tmp:
+        path = Path(tmp) / "sacct.txt"
+        lines = generate(path, args.lines)
+        size_mb = path.stat().st_size / 1e6
+        print(f"generated {lines:,} lines ({size_mb:.0f} MB)")
+        pandas_s = time_pandas(path)
+        jobfit_s, report = time_jobfit(path, Path(tmp) / "warehouse")
+        assert report["read"] == lines, report
+        print(f"pandas.read_csv(sep='|'): {pandas_s:8.1f} s  {lines / pandas_s:12,.0f} lines/s")
+        print(f"jobfit ingest sacct:      {jobfit_s:8.1f} s  {lines / jobfit_s:12,.0f} lines/s")
+        print(f"ratio (jobfit / pandas time): {jobfit_s / pandas_s:.1f}x")
+        print(
+            f"report: inserted {report['inserted']:,}, quarantined {report['quarantined']:,}, "
+            f"skipped {report['skipped']:,}, superseded {report['superseded']:,}"
+        )
+
+
+if __name__ == "__main__":
+    main()
