@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf import ClusterConfig, Prices
+from pipelines.states import FAILED_STATES
 
 # A GPU sample whose utilisation is below this (percent) counts as idle. DCGM_FI_DEV_GPU_UTIL is an
 # integer percent of time with a kernel running; Job Defense Shield counts only exact 0 % as idle, we
@@ -151,8 +152,10 @@ def job_gpu_telemetry(samples: DataFrame, jobs: DataFrame, idle_below_pct: float
 def with_failure_cause(jobs: DataFrame, failures: DataFrame | None) -> DataFrame:
     """Add `failure_cause`, `failure_cause_from` and `is_user_fixable_failure`.
 
-    `failures` (gold.failures: cluster, job_id, cause, user_fixable) wins where it has the job; otherwise
-    the state decides: TIMEOUT and OUT_OF_MEMORY are the user's to fix, other states are not counted."""
+    Only jobs in a failed state (pipelines.states.FAILED_STATES; not CANCELLED, not COMPLETED) can be failed
+    runs. `failures` (gold.failures: cluster, job_id, cause, user_fixable) wins where it has the job;
+    otherwise the state decides: TIMEOUT and OUT_OF_MEMORY are the user's to fix, other states are not."""
+    failed_state = F.col("state").isin(*sorted(FAILED_STATES))
     by_state = F.col("state").isin(*sorted(USER_FIXABLE_STATES))
     state_cause = F.when(by_state, F.lower(F.col("state")))
     if failures is None:
@@ -174,9 +177,9 @@ def with_failure_cause(jobs: DataFrame, failures: DataFrame | None) -> DataFrame
         *[F.col(c) for c in jobs.columns],
         F.when(known, F.col("_cause")).otherwise(state_cause).alias("failure_cause"),
         F.when(known, F.lit("gold.failures")).when(by_state, F.lit("state")).alias("failure_cause_from"),
-        F.when(known, F.coalesce(F.col("_fixable"), F.lit(False)))
-        .otherwise(by_state)
-        .alias("is_user_fixable_failure"),
+        (failed_state & F.when(known, F.coalesce(F.col("_fixable"), F.lit(False))).otherwise(by_state)).alias(
+            "is_user_fixable_failure"
+        ),
     )
 
 

@@ -13,7 +13,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from conf import load_cluster
-from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOBS
+from jobs.tables import conform, table_path
+from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOBS, TABLES
 from pipelines.waste import (
     DEFAULT_PRICES,
     default_cluster_config,
@@ -82,6 +83,14 @@ def sample_rows(
         row.update(extra)
         rows.append(row)
     return rows
+
+
+def append_silver(ctx: Any, name: str, rows: list[dict[str, Any]]) -> None:
+    """Append rows to a silver table as they are (a plain Delta append: faster than a MERGE in tests)."""
+    spec = TABLES[name]
+    conform(ctx.spark.createDataFrame(rows, spec.schema), spec).write.format("delta").mode("append").save(
+        table_path(ctx.settings, name)
+    )
 
 
 def jobs_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
@@ -352,8 +361,23 @@ def test_failure_cause_from_gold_failures_wins(spark: SparkSession) -> None:
         ),
     ]
     failures = spark.createDataFrame(
-        [("demo", "10", "python_error", True), ("demo", "11", "node_oom_killer", False)],
+        [
+            ("demo", "10", "python_error", True),
+            ("demo", "11", "node_oom_killer", False),
+            ("demo", "12", "cancelled", True),
+        ],
         "cluster string, job_id string, cause string, user_fixable boolean",
+    )
+    # 12: cancelled by its user: diagnosed, but a cancelled job is not a failed run.
+    jobs.append(
+        job_row(
+            job_id="12",
+            state="CANCELLED",
+            alloc_cpus=2,
+            total_cpu_s=7200.0,
+            req_mem_bytes=GIB,
+            max_rss_bytes=GIB,
+        )
     )
     empty = samples_frame(spark, [])
     rows = {
@@ -368,6 +392,8 @@ def test_failure_cause_from_gold_failures_wins(spark: SparkSession) -> None:
     assert rows["10"]["wasted_usd"] == pytest.approx(2 * 0.031611 + 0.004237, abs=1e-6)
     # 11: OUT_OF_MEMORY by state, but the diagnosis says the system's: nothing unused, nothing wasted.
     assert rows["11"]["is_user_fixable_failure"] is False and rows["11"]["wasted_usd"] == 0.0
+    assert rows["12"]["failure_cause"] == "cancelled" and rows["12"]["is_user_fixable_failure"] is False
+    assert rows["12"]["wasted_usd"] == 0.0
 
 
 def test_cluster_without_yaml_gets_the_default_sheet(spark: SparkSession) -> None:
