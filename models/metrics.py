@@ -85,9 +85,16 @@ def headline(metrics: dict[str, object]) -> float:
     return -float(metrics["residual_waste_h"])
 
 
+def effective_rate(rate: float, metrics: dict[str, dict[str, object]]) -> float:
+    """The rate a capped recommendation can reach: the target, or the share of jobs that needed more than
+    they requested (OOM/TIMEOUT; the `request` baseline's rate) when that is higher."""
+    floor = metrics.get("request", {}).get("under_rate")
+    return max(rate, float(floor)) if floor is not None else rate
+
+
 def beats(challenger: dict[str, object], champion: dict[str, object], rate: float) -> bool:
     """Whether the challenger wins on the same held-out period: it must keep the under-provision rate
-    within sampling error of the target, and then reclaim more (or the champion broke the rate)."""
+    within sampling error of the (effective) target, and then reclaim more (or the champion broke it)."""
     limit = max_expected_rate(rate, int(challenger["n"]))
     if float(challenger["under_rate"]) > limit:
         return False
@@ -97,8 +104,10 @@ def beats(challenger: dict[str, object], champion: dict[str, object], rate: floa
 
 
 def compare_to_baselines(metrics: dict[str, dict[str, object]], rate: float) -> dict[str, object]:
-    """The best baseline that kept the under-provision rate (within sampling error) and the model's gain
-    over it, in % of its headline: more waste reclaimed, or (no requests) less over-provision left."""
+    """The best baseline that kept the under-provision rate (within sampling error of the effective
+    rate) and the model's gain over it, in % of its headline: more waste reclaimed, or (no requests)
+    less over-provision left."""
+    rate = effective_rate(rate, metrics)
     eligible = {
         name: m
         for name, m in metrics.items()
@@ -107,7 +116,12 @@ def compare_to_baselines(metrics: dict[str, dict[str, object]], rate: float) -> 
     model = metrics["model"]
     model_ok = float(model["under_rate"]) <= max_expected_rate(rate, int(model["n"]))
     if not eligible:
-        return {"best_baseline": None, "gain_pct": None, "model_within_rate": model_ok}
+        return {
+            "best_baseline": None,
+            "gain_pct": None,
+            "model_within_rate": model_ok,
+            "effective_rate": rate,
+        }
     best = max(eligible, key=lambda name: headline(eligible[name]))
     base, mine = headline(eligible[best]), headline(model)
     if int(model["n_with_request"]) > 0:
@@ -115,4 +129,4 @@ def compare_to_baselines(metrics: dict[str, dict[str, object]], rate: float) -> 
     else:
         left_base, left_model = float(eligible[best]["residual_waste_h"]), float(model["residual_waste_h"])
         gain = (left_base - left_model) / left_base * 100 if left_base else None
-    return {"best_baseline": best, "gain_pct": gain, "model_within_rate": model_ok}
+    return {"best_baseline": best, "gain_pct": gain, "model_within_rate": model_ok, "effective_rate": rate}
