@@ -16,6 +16,7 @@ SOURCES: dict[str, str] = {
     "sacct": "jobs.ingest_sacct",
     "k8s": "jobs.ingest_k8s",
     "dcgm": "jobs.ingest_dcgm",
+    "scripts": "jobs.ingest_scripts",
     "swf": "jobs.ingest_swf",
     "logs": "jobs.ingest_logs",
 }

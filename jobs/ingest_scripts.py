@@ -1,0 +1,109 @@
+"""`jobfit ingest scripts PATH... --cluster C`: job scripts into silver.scripts (by content hash) and
+silver.job_scripts (job -> hash).
+
+A file is either `sacct --batch-script` output (one or more `Batch Script for <job>` blocks) or one script
+named by its job id (`12345.sh`, `12345_7.sbatch`, `12345`). A script whose file name carries no job id is
+stored in silver.scripts without a job link; a job whose script sacct did not store (`NONE`) is
+quarantined."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from jobs.context import Context
+from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
+from jobs.tables import merge_into
+from pipelines.schemas import QUARANTINE, SILVER_JOB_SCRIPTS, SILVER_SCRIPTS
+from pipelines.scripts import parse_script, split_batch_script_output
+
+HELP = "job scripts (files named by job id, or sacct --batch-script output) into silver.scripts"
+_JOB_ID_NAME = re.compile(r"^(\d+(?:_\d+)?(?:\+\d+)?)(?:\.(?:sh|bash|sbatch|slurm|pbs|job|savescript|txt))?$")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options beyond PATH, --cluster and --json."""
+
+
+def job_id_from_name(path: str) -> str | None:
+    """The job id a script file is named by (`12345.sh` -> `12345`, `12345_7` -> `12345_7`), else None."""
+    m = _JOB_ID_NAME.match(os.path.basename(path))
+    return m.group(1) if m else None
+
+
+def _header_line(lines: list[str], job_id: str) -> int:
+    return next((i for i, line in enumerate(lines, 1) if line.strip() == f"Batch Script for {job_id}"), 1)
+
+
+def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+    """Parse each script once per content hash; link jobs to hashes; quarantine jobs without a script."""
+    files = read_inputs(args.paths)
+    report = IngestReport(source="scripts", cluster=args.cluster, files=len(files))
+    now = ctx.now()
+    scripts: dict[str, dict] = {}
+    links: dict[str, dict] = {}
+    rejects: list[dict] = []
+    unlinked = 0
+    for f in files:
+        blocks = split_batch_script_output("\n".join(f.lines))
+        from_sacct = blocks is not None
+        if blocks is None:
+            blocks = [(job_id_from_name(f.name), "\n".join(f.lines) + "\n")]
+        for job_id, text in blocks:
+            report.read += 1
+            line_no = _header_line(f.lines, job_id) if from_sacct and job_id else 1
+            if not text.strip():
+                reason = f"no script text for job {job_id}" + (" (sacct stored NONE)" if job_id else "")
+                rejects.append({"source_file": f.name, "line_no": line_no, "raw": text, "reason": reason})
+                continue
+            info = parse_script(text)
+            if info.script_hash in scripts or (job_id and job_id in links):
+                report.superseded += 1
+            scripts[info.script_hash] = {**info.as_row(), "cluster": args.cluster, "ingested_at": now}
+            if job_id:
+                links[job_id] = {
+                    "cluster": args.cluster,
+                    "job_id": job_id,
+                    "script_hash": info.script_hash,
+                    "source_file": f.name,
+                    "ingested_at": now,
+                }
+            else:
+                unlinked += 1
+    ctx.progress(f"scripts: {report.read} script(s), {len(scripts)} distinct, {unlinked} without a job id")
+    report.add("bronze.job_scripts", write_bronze(ctx, "job_scripts", bronze_frame(ctx, files, args.cluster)))
+    if rejects:
+        names = [f.name for f in QUARANTINE.schema.fields]
+        extra = {"cluster": args.cluster, "source": "scripts", "ingested_at": now}
+        q = ctx.spark.createDataFrame(
+            [tuple({**r, **extra}[n] for n in names) for r in rejects], QUARANTINE.schema
+        )
+        report.quarantined = len(rejects)
+        report.add("quarantine", write_quarantine(ctx, q))
+    if scripts:
+        names = [f.name for f in SILVER_SCRIPTS.schema.fields]
+        frame = ctx.spark.createDataFrame(
+            [tuple(r[n] for n in names) for r in scripts.values()], SILVER_SCRIPTS.schema
+        )
+        # Same hash, same text: never updated. (An insert-only MERGE that inserts nothing writes no commit,
+        # so its counts would be read from the previous commit; a never-true update condition avoids that.)
+        counts = merge_into(ctx.spark, ctx.settings, SILVER_SCRIPTS.name, frame, update_when="false")
+        report.add(SILVER_SCRIPTS.name, counts)
+        report.inserted, report.unchanged = counts.inserted, counts.unchanged
+    if links:
+        names = [f.name for f in SILVER_JOB_SCRIPTS.schema.fields]
+        frame = ctx.spark.createDataFrame(
+            [tuple(r[n] for n in names) for r in links.values()], SILVER_JOB_SCRIPTS.schema
+        )
+        counts = merge_into(
+            ctx.spark,
+            ctx.settings,
+            SILVER_JOB_SCRIPTS.name,
+            frame,
+            update_when="t.script_hash <> s.script_hash",
+        )
+        report.add(SILVER_JOB_SCRIPTS.name, counts)
+        report.updated = counts.updated
+    report.tables["scripts without a job id"] = {"scripts": unlinked}
+    return report
