@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from features.table import TargetSpec
-from models.calibrate import cap_at_request, capped_offset
+from models.calibrate import cap_at_request, capped_offset, short_at_request
 
 # name -> (history column suffix per group, fixed log-margin or None when tuned on the calibration slice).
 # VPA/KRR: p90 + 15 % margin (kubernetes/autoscaler DefaultRecommenderConfig); Tsafrir et al. 2007: mean
@@ -68,14 +68,16 @@ def fit_baselines(train: pd.DataFrame, cal: pd.DataFrame, spec: TargetSpec, rate
 
 
 def _tuned_margin(base: Baseline, cal: pd.DataFrame, spec: TargetSpec, rate: float) -> float:
-    """The log-margin on history estimates that meets the rate on the calibration slice, counting the
-    jobs that fall back to their request, and jobs that needed more than they requested, as fixed."""
+    """The log-margin on history estimates that meets the rate on the calibration slice (over jobs whose
+    request sufficed), counting the jobs that fall back to their request (or the default) as fixed."""
     history = base.history_value(cal)
     has_history = np.isfinite(history)
     required = cal[f"{spec.name}_required"].to_numpy(dtype="float64")
     request = cal[spec.request].to_numpy(dtype="float64")
     fallback = base.predict(cal, spec.request)
-    fixed_failures = int((fallback[~has_history] < required[~has_history]).sum())
+    counted = ~short_at_request(required, request)
+    fixed_failures = int(((fallback < required) & ~has_history & counted).sum())
+    n_total = int((counted & ~has_history).sum()) + int(has_history.sum())
     return capped_offset(
-        required[has_history], history[has_history], request[has_history], rate, fixed_failures, len(cal)
+        required[has_history], history[has_history], request[has_history], rate, fixed_failures, n_total
     )

@@ -55,13 +55,19 @@ def capped_offset(
     fixed_failures: int = 0,
     n_total: int | None = None,
 ) -> float:
-    """Conformal log-shift for recommendations min(predicted x e^c, request): a job that needed more
-    than its request (censored OOM/TIMEOUT) falls short whatever c is, so it counts as a fixed failure
-    (added to `fixed_failures` of other jobs of the slice, `n_total` in all)."""
+    """Conformal log-shift for recommendations min(predicted x e^c, request), with the rate counted over
+    jobs whose request sufficed. A job that needed more than it requested (censored OOM/TIMEOUT) is short
+    under any capped recommendation, the request included: it is left out of the budget and the scores.
+    `fixed_failures` / `n_total` describe other jobs of the slice whose prediction the shift does not move."""
     required = np.asarray(required, dtype="float64")
     request = np.asarray(request, dtype="float64")
-    always_short = np.isfinite(request) & (request < required)
-    scores = shortfall_scores(required[~always_short], np.asarray(predicted, dtype="float64")[~always_short])
-    n_total = len(required) if n_total is None else n_total
-    fixed = fixed_failures + int(always_short.sum())
-    return conformal_offset(scores, rate, fixed_failures=fixed, n_total=n_total)
+    short = short_at_request(required, request)
+    scores = shortfall_scores(required[~short], np.asarray(predicted, dtype="float64")[~short])
+    n_total = (len(required) if n_total is None else n_total) - int(short.sum())
+    return conformal_offset(scores, rate, fixed_failures=fixed_failures, n_total=n_total)
+
+
+def short_at_request(required: np.ndarray, request: np.ndarray) -> np.ndarray:
+    """Jobs whose own request was below what they needed (short whatever is recommended under the cap)."""
+    request = np.asarray(request, dtype="float64")
+    return np.isfinite(request) & (request < np.asarray(required, dtype="float64"))

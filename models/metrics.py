@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from features.table import TargetSpec
-from models.calibrate import max_expected_rate
+from models.calibrate import max_expected_rate, short_at_request
 
 # Resource-seconds to resource-hours, per target unit: bytes -> GiB-hours, cpus -> core-hours,
 # runtime (seconds x cores) -> core-hours.
@@ -17,7 +17,9 @@ def evaluate_predictions(table: pd.DataFrame, spec: TargetSpec, predicted: np.nd
     """Metrics of `predicted` (one per row of `table`, the target's unit) on rows with a known need.
 
     - under_rate: share of jobs whose recommendation is below the need (censored jobs: below
-      CENSOR_BUMP x their limit);
+      CENSOR_BUMP x their limit), among jobs whose own request sufficed: a job that needed more than it
+      asked for is short under any recommendation capped at the request (counted in n_short_at_request
+      and under_rate_all);
     - reclaimed_h: sum over jobs not under-provisioned of (request - recommendation) x weight, in
       resource-hours (negative where it recommends more than asked); under-provisioned jobs reclaim 0;
     - reclaimable_h: sum of (request - need)+ x weight: all the waste there was;
@@ -32,6 +34,7 @@ def evaluate_predictions(table: pd.DataFrame, spec: TargetSpec, predicted: np.nd
     pred = np.asarray(predicted, dtype="float64")
     under = pred < required
     met = ~under
+    short = short_at_request(required, request)
     scale = HOURS_SCALE[spec.unit]
     has_req = np.isfinite(request) & np.isfinite(weight)
     reclaimed = np.where(met & has_req, (request - pred) * weight, 0.0)
@@ -44,7 +47,9 @@ def evaluate_predictions(table: pd.DataFrame, spec: TargetSpec, predicted: np.nd
         "n": int(n),
         "n_censored": int(censored.sum()),
         "n_with_request": int(has_req.sum()),
-        "under_rate": float(under.mean()) if n else float("nan"),
+        "n_short_at_request": int(short.sum()),
+        "under_rate": float(under[~short].mean()) if (~short).any() else float("nan"),
+        "under_rate_all": float(under.mean()) if n else float("nan"),
         "reclaimed_h": float(reclaimed.sum() / scale),
         "reclaimable_h": float(reclaimable.sum() / scale),
         "residual_waste_h": float(residual.sum() / scale),
@@ -52,7 +57,7 @@ def evaluate_predictions(table: pd.DataFrame, spec: TargetSpec, predicted: np.nd
         "mae_log": float(np.abs(np.log(pred[exact]) - np.log(actual[exact])).mean())
         if exact.any()
         else float("nan"),
-        "coverage_by_history_decile": coverage_by_decile(table["u_n"].to_numpy(), met),
+        "coverage_by_history_decile": coverage_by_decile(table["u_n"].to_numpy()[~short], met[~short]),
     }
 
 
@@ -85,17 +90,10 @@ def headline(metrics: dict[str, object]) -> float:
     return -float(metrics["residual_waste_h"])
 
 
-def effective_rate(rate: float, metrics: dict[str, dict[str, object]]) -> float:
-    """The rate a capped recommendation can reach: the target, or the share of jobs that needed more than
-    they requested (OOM/TIMEOUT; the `request` baseline's rate) when that is higher."""
-    floor = metrics.get("request", {}).get("under_rate")
-    return max(rate, float(floor)) if floor is not None else rate
-
-
 def beats(challenger: dict[str, object], champion: dict[str, object], rate: float) -> bool:
     """Whether the challenger wins on the same held-out period: it must keep the under-provision rate
-    within sampling error of the (effective) target, and then reclaim more (or the champion broke it)."""
-    limit = max_expected_rate(rate, int(challenger["n"]))
+    within sampling error of the target, and then reclaim more (or the champion broke the rate)."""
+    limit = max_expected_rate(rate, int(challenger["n"]) - int(challenger.get("n_short_at_request", 0)))
     if float(challenger["under_rate"]) > limit:
         return False
     if float(champion["under_rate"]) > limit:
@@ -103,25 +101,23 @@ def beats(challenger: dict[str, object], champion: dict[str, object], rate: floa
     return headline(challenger) > headline(champion)
 
 
+def _counted(metrics: dict[str, object]) -> int:
+    """Jobs the under-provision rate is counted over (those whose request sufficed)."""
+    return int(metrics["n"]) - int(metrics.get("n_short_at_request", 0))
+
+
 def compare_to_baselines(metrics: dict[str, dict[str, object]], rate: float) -> dict[str, object]:
-    """The best baseline that kept the under-provision rate (within sampling error of the effective
-    rate) and the model's gain over it, in % of its headline: more waste reclaimed, or (no requests)
-    less over-provision left."""
-    rate = effective_rate(rate, metrics)
+    """The best baseline that kept the under-provision rate (within sampling error) and the model's gain
+    over it, in % of its headline: more waste reclaimed, or (no requests) less over-provision left."""
     eligible = {
         name: m
         for name, m in metrics.items()
-        if name != "model" and float(m["under_rate"]) <= max_expected_rate(rate, int(m["n"]))
+        if name != "model" and float(m["under_rate"]) <= max_expected_rate(rate, _counted(m))
     }
     model = metrics["model"]
-    model_ok = float(model["under_rate"]) <= max_expected_rate(rate, int(model["n"]))
+    model_ok = float(model["under_rate"]) <= max_expected_rate(rate, _counted(model))
     if not eligible:
-        return {
-            "best_baseline": None,
-            "gain_pct": None,
-            "model_within_rate": model_ok,
-            "effective_rate": rate,
-        }
+        return {"best_baseline": None, "gain_pct": None, "model_within_rate": model_ok}
     best = max(eligible, key=lambda name: headline(eligible[name]))
     base, mine = headline(eligible[best]), headline(model)
     if int(model["n_with_request"]) > 0:
@@ -129,4 +125,4 @@ def compare_to_baselines(metrics: dict[str, dict[str, object]], rate: float) -> 
     else:
         left_base, left_model = float(eligible[best]["residual_waste_h"]), float(model["residual_waste_h"])
         gain = (left_base - left_model) / left_base * 100 if left_base else None
-    return {"best_baseline": best, "gain_pct": gain, "model_within_rate": model_ok, "effective_rate": rate}
+    return {"best_baseline": best, "gain_pct": gain, "model_within_rate": model_ok}

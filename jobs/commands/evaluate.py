@@ -66,8 +66,9 @@ def _text(report: dict[str, object]) -> str:
         gain = "n/a" if info["gain_pct"] is None else f"{info['gain_pct']:+.1f} %"
         lines.append(
             f"\n{target} (v{info['version']}, {info['rows']['test']} test jobs from {info['test_start']}); "
-            f"model vs best baseline within the rate ({info['best_baseline']}): {gain}; effective rate "
-            f"{info['effective_rate']:.1%} (jobs that needed more than they asked always count as short)"
+            f"model vs best baseline within the rate ({info['best_baseline']}): {gain}; "
+            f"{info['predictors']['model']['n_short_at_request']} jobs needed more than they asked "
+            "(short under any recommendation capped at the request; not in the rate)"
         )
         lines.append(
             f"  {'predictor':22s} {'under':>7s} {'reclaimed':>12s} {'of':>12s} {'over-left':>12s} "

@@ -9,7 +9,6 @@ from jobs.commands import add_common
 from jobs.context import Context, UsageError
 from jobs.mlflow_registry import configure, load_champion, log_target
 from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
-from models.metrics import effective_rate
 from models.train import TrainParams, evaluate_target, train_target
 
 
@@ -65,9 +64,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         champion_metrics = None
         if champion is not None:
             champion_metrics = evaluate_target(table, champion[0], params, rate).metrics["model"]
-        outcome = log_target(
-            client, args.cluster, result, champion_metrics, effective_rate(rate, result.metrics)
-        )
+        outcome = log_target(client, args.cluster, result, champion_metrics, rate)
         report["targets"][target] = {  # type: ignore[index]
             **outcome,
             "rows": result.rows,
