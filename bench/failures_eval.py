@@ -85,7 +85,9 @@ def simulated(ctx: Context, jobs: int, month: str) -> None:
         t0 = time.perf_counter()
         counts = build_failures(ctx, "demo", month)
         build_s = time.perf_counter() - t0
-        pairs = score_against_truth(ctx, "demo", month, str(out / "truth.parquet"))
+        scored = score_against_truth(ctx, "demo", month, str(out / "truth.parquet"))
+    pairs = [(t, p) for t, p, _ in scored]
+    with_evidence = [(t, p) for t, p, seen in scored if seen]
     print(
         f"simulated {jobs} jobs ({month}): ingest {ingest_s:.0f}s, diagnose {build_s:.0f}s, "
         f"{counts.jobs} diagnosed"
@@ -93,6 +95,11 @@ def simulated(ctx: Context, jobs: int, month: str) -> None:
     print(confusion_table(pairs))
     print()
     print(precision_recall_text(precision_recall(pairs)))
+    print(
+        f"\njobs with evidence archived ({len(with_evidence)} of {len(pairs)}; a Slurm FAILED job with no "
+        "log and no telemetry showing its cause leaves only its exit code):"
+    )
+    print(precision_recall_text(precision_recall(with_evidence)))
 
 
 def run() -> None:

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from jobs.context import Context
 from jobs.tables import read_table, replace_where
+from pipelines.failure_eval import has_evidence
 from pipelines.failures import diagnose_failures, filter_diagnosable, gpu_signals, parse_job_log_text
 from pipelines.schemas import GOLD_FAILURES
 
@@ -80,25 +81,36 @@ def build_failures(ctx: Context, cluster: str, month: str) -> FailureCounts:
     return counts
 
 
-def score_against_truth(ctx: Context, cluster: str, month: str, truth_path: str) -> list[tuple[str, str]]:
-    """(true cause, diagnosed cause) for every job of the cluster-month that the simulator's truth.parquet
-    marks as failed or cancelled, or that gold.failures diagnosed; "none" on the side that has no cause."""
+def score_against_truth(
+    ctx: Context, cluster: str, month: str, truth_path: str
+) -> list[tuple[str, str, bool]]:
+    """(true cause, diagnosed cause, evidence archived) for every job of the cluster-month that the
+    simulator's truth.parquet marks as failed or cancelled, or that gold.failures diagnosed ("none" on the
+    side without a cause). `evidence archived` is `pipelines.failure_eval.has_evidence` of the truth row."""
     truth = (
         ctx.spark.read.parquet(truth_path)
         .where((F.col("cluster") == cluster) & (F.date_format("end_ts", "yyyy-MM") == month))
-        .select("job_id", F.col("failure_cause").alias("truth"))
+        .select(
+            "job_id",
+            F.col("failure_cause").alias("truth"),
+            "source",
+            "state",
+            "has_log",
+            F.coalesce("telemetry_samples", F.lit(0)).alias("samples"),
+        )
     )
     diagnosed = (
         read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name)
         .where((F.col("cluster") == cluster) & (F.col("month") == month))
         .select("job_id", F.col("cause").alias("predicted"))
     )
-    pairs = truth.join(diagnosed, on="job_id", how="full_outer").select(
-        F.coalesce("truth", F.lit("none")).alias("truth"),
-        F.coalesce("predicted", F.lit("none")).alias("predicted"),
-    )
-    return [
-        (r["truth"], r["predicted"])
-        for r in pairs.collect()
-        if (r["truth"], r["predicted"]) != ("none", "none")
-    ]
+    out = []
+    for r in truth.join(diagnosed, on="job_id", how="full_outer").collect():
+        t, p = r["truth"] or "none", r["predicted"] or "none"
+        if (t, p) == ("none", "none"):
+            continue
+        seen = r["source"] is None or has_evidence(
+            r["source"], r["state"], bool(r["has_log"]), r["samples"], t
+        )
+        out.append((t, p, seen))
+    return out

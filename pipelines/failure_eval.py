@@ -62,3 +62,16 @@ def precision_recall_text(scores: dict[str, dict[str, float]]) -> str:
         r = "-" if s["recall"] is None else f"{s['recall']:.3f}"
         lines.append(f"{label:<16} {s['support']:>7} {s['predicted']:>9} {p:>9} {r:>7}")
     return "\n".join(lines)
+
+
+# Causes GPU telemetry can show without a log (an Xid, VRAM at the card's size).
+TELEMETRY_VISIBLE = frozenset({"gpu_hardware", "gpu_oom"})
+
+
+def has_evidence(source: str, state: str, has_log: bool, telemetry_samples: int, cause: str) -> bool:
+    """Whether any archived record could name this truth cause: False for a Slurm job that ended FAILED
+    with no log archived, unless telemetry can show its cause and it has samples (accounting alone then
+    says only "exit code N")."""
+    if source != "slurm" or state != "FAILED" or has_log:
+        return True
+    return cause in TELEMETRY_VISIBLE and telemetry_samples > 0

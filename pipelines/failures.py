@@ -66,6 +66,9 @@ DIAGNOSED_STATES = (
 )
 
 
+_IMAGE_PULL = "(?i)ErrImagePull|ImagePullBackOff|InvalidImageName"
+
+
 @dataclass(frozen=True)
 class LogPattern:
     """A log-text signature: first match in table order wins, so root causes precede their consequences."""
@@ -114,6 +117,12 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         "illegal_memory_access",
         r"illegal memory access|cudaErrorIllegalAddress",
         0.8,
+    ),
+    # cudaErrorLaunchFailure: "an exception occurred on the device while executing a kernel" (CUDA runtime
+    # docs), usually the kernel's own bad pointer; a hardware Xid (79, 48, ...) in the node's kernel log
+    # would make it the GPU's fault, which only telemetry or that log can show.
+    LogPattern(
+        "cuda_launch_failure", "software_error", "cuda_launch_failure", r"unspecified launch failure", 0.5
     ),
     LogPattern(
         "import_error", "software_error", "import_error", r"\b(?:ModuleNotFoundError|ImportError)\b", 0.85
@@ -184,7 +193,7 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
 
 # Numbers a fix message quotes, each a regex whose group 1 is the value (Python and Java regex alike).
 LOG_FACTS: dict[str, str] = {
-    "xid": _XID_LINE + r"(\d+)",
+    "xid": _XID_LINE + "(" + codes_regex(SYSTEM_FAULT_XIDS) + r")\b",  # the first system-fault Xid
     "gpu_total_gib": r"(?:total capac\w* of|\(GPU \d+; )\s*([0-9.]+) GiB",
     "gpu_tried_gib": r"Tried to allocate ([0-9.]+) GiB",
     "nccl_timeout_ms": r"Timeout\(ms\)=(\d+)",
@@ -368,17 +377,8 @@ def _rules() -> list[Rule]:
         Rule("telemetry_xid", F.col("tel_xid").isNotNull(), "gpu_hardware", "xid", 0.95, "telemetry"),
         Rule("log_gpu_hardware", log_cause == "gpu_hardware", None, None, None, "log"),
         Rule(
-            "node_fail",
-            state.isin("NODE_FAIL", "BOOT_FAIL") | F.coalesce(F.col("step_node_fail"), F.lit(False)),
-            "node_failure",
-            F.lower(state),
-            0.95,
-            "accounting",
-        ),
-        Rule("preempted", state == "PREEMPTED", "preemption", "preempted", 0.95, "accounting"),
-        Rule(
             "k8s_image_pull",
-            k8s & F.col("state_raw").rlike("(?i)ErrImagePull|ImagePullBackOff|InvalidImageName"),
+            k8s & F.col("state_raw").rlike(_IMAGE_PULL),
             "k8s_image_pull",
             "image_pull",
             0.9,
@@ -392,6 +392,15 @@ def _rules() -> list[Rule]:
             0.9,
             "accounting",
         ),
+        Rule(
+            "node_fail",
+            state.isin("NODE_FAIL", "BOOT_FAIL") | F.coalesce(F.col("step_node_fail"), F.lit(False)),
+            "node_failure",
+            F.lower(state),
+            0.95,
+            "accounting",
+        ),
+        Rule("preempted", state == "PREEMPTED", "preemption", "preempted", 0.95, "accounting"),
         Rule(
             "k8s_oom",
             k8s
@@ -718,6 +727,14 @@ def _fix_messages() -> Column:
             ),
         )
         .when(
+            detail == "cuda_launch_failure",
+            F.lit(
+                "CUDA unspecified launch failure: a kernel crashed (often a bad pointer or an "
+                "out-of-bounds access) — rerun a short debug job with CUDA_LAUNCH_BLOCKING=1; if the node "
+                "logged an Xid such as 79 or 48 at that time, it was the GPU: resubmit and report it"
+            ),
+        )
+        .when(
             detail == "segfault",
             F.lit(
                 "segmentation fault (signal 11): run a short debug job with core dumps on (or under "
@@ -885,7 +902,9 @@ def _evidence() -> Column:
 def filter_diagnosable(jobs: DataFrame, month: str | None = None) -> DataFrame:
     """Jobs in a diagnosed state (failed, timed out, OOM, node-failed, preempted, cancelled), optionally those
     that ended in the month YYYY-MM (UTC; a job that never started counts at its submit time)."""
-    out = jobs.where(F.col("state").isin(*DIAGNOSED_STATES))
+    # A pod stuck pulling its image never ends (PENDING) but has failed all the same.
+    image_pull = (F.col("source") == "k8s") & F.coalesce(F.col("state_raw"), F.lit("")).rlike(_IMAGE_PULL)
+    out = jobs.where(F.col("state").isin(*DIAGNOSED_STATES) | image_pull)
     if month:
         ended = F.coalesce(F.col("end_ts"), F.col("start_ts"), F.col("submit_ts"))
         out = out.where(F.date_format(ended, "yyyy-MM") == month)

@@ -77,6 +77,18 @@ JOBS = [
     _job("10", "PREEMPTED", elapsed_s=5400),
     _job("11", "FAILED", exit_code=1, alloc_gpus=1, gpu_model="A100-SXM4-80GB", node_list="g014"),
     _job("12", "FAILED", exit_code=2, node_list="g015,g016"),
+    # Kubernetes pods as pipelines/k8s.py writes them: state_raw is phase[:reason[:exit]]
+    _job("ml/evicted", "PREEMPTED", source="k8s", state_raw="Failed:Evicted"),
+    _job("ml/pull", "PENDING", source="k8s", state_raw="Pending:ImagePullBackOff", end_ts=None),
+    _job("ml/killed", "FAILED", source="k8s", state_raw="Failed:Error:exit 137", exit_code=137),
+    _job(
+        "ml/oom",
+        "OUT_OF_MEMORY",
+        source="k8s",
+        state_raw="Failed:OOMKilled:exit 137",
+        exit_code=137,
+        req_mem_bytes=4 * GIB,
+    ),
 ]
 LOGS = {
     "8": "step 900 loss 1.9\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -305,3 +317,20 @@ def test_ingest_logs_then_failures_end_to_end(jobfit, make_ctx, real_data: Path,
     assert jobfit("failures", "--cluster", "demo", "--job", "999").code == 2
     assert jobfit("failures", "--cluster", "demo").code == 2
     assert jobfit("ingest", "logs", str(logs), "--cluster", "demo", "--tail-kb", "0").code == 2
+
+
+def test_kubernetes_pods(diagnosed: dict) -> None:
+    got = {
+        k: (diagnosed[k]["cause"], diagnosed[k]["user_fixable"])
+        for k in ("ml/evicted", "ml/pull", "ml/killed", "ml/oom")
+    }
+    assert got == {
+        "ml/evicted": ("k8s_evicted", False),
+        "ml/pull": ("k8s_image_pull", True),
+        "ml/killed": ("k8s_exit137", False),
+        "ml/oom": ("k8s_oomkilled", True),
+    }
+    # no peak recorded: the 4 GiB limit x 1.25 = 5Gi
+    assert diagnosed["ml/oom"]["suggested_fix"].startswith(
+        "the container hit its 4.0 GiB memory limit and was OOMKilled: raise resources.limits.memory to 5Gi"
+    )
