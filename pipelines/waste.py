@@ -129,9 +129,28 @@ def with_sample_weights(samples: DataFrame, jobs: DataFrame) -> DataFrame:
     )
 
 
+def with_raw_job_ids_resolved(samples: DataFrame, jobs: DataFrame) -> DataFrame:
+    """Samples whose `job_id` is a job's Slurm JobIDRaw get that job's `job_id`.
+
+    dcgm-exporter's hpc_job label carries SLURM_JOB_ID, which for an array task is its raw id (646000237),
+    while silver.jobs keys the task as 646000236_2. An id that is itself a job's job_id is left alone."""
+    own_ids = jobs.select("cluster", F.col("job_id").alias("job_id_raw"))
+    raw = (
+        jobs.filter(F.col("job_id_raw").isNotNull() & (F.col("job_id_raw") != F.col("job_id")))
+        .select("cluster", "job_id_raw", F.col("job_id").alias("_resolved"))
+        .join(own_ids, on=["cluster", "job_id_raw"], how="left_anti")
+        .dropDuplicates(["cluster", "job_id_raw"])
+    )
+    return (
+        samples.join(raw.withColumnRenamed("job_id_raw", "job_id"), on=["cluster", "job_id"], how="left")
+        .withColumn("job_id", F.coalesce(F.col("_resolved"), F.col("job_id")))
+        .drop("_resolved")
+    )
+
+
 def job_gpu_telemetry(samples: DataFrame, jobs: DataFrame, idle_below_pct: float) -> DataFrame:
     """Per job: seconds of GPU-time sampled, its 1/N shares, mean utilisation, idle share, VRAM peak."""
-    weighted = with_sample_weights(with_copies(samples), jobs)
+    weighted = with_sample_weights(with_raw_job_ids_resolved(with_copies(samples), jobs), jobs)
     share_s = F.col("weight_s") / F.col("copies_n")
     has_util = F.col("gpu_util_pct").isNotNull()
     util_s = F.sum(F.when(has_util, share_s))

@@ -416,3 +416,27 @@ def test_vram_options_and_mig_fraction() -> None:
     assert ("L40S", 48 * GIB) in options
     assert [size for _, size in options] == sorted(size for _, size in options)
     assert (mig_fraction("1g.10gb"), mig_fraction("7g.80gb"), mig_fraction(None)) == (1 / 7, 1.0, 1.0)
+
+
+def test_array_task_samples_labelled_with_the_raw_job_id(spark: SparkSession) -> None:
+    # dcgm-exporter's hpc_job is SLURM_JOB_ID: for array task 20_3 that is its raw id 23.
+    jobs = [
+        job_row(
+            job_id="20_3",
+            job_id_raw="23",
+            array_job_id="20",
+            alloc_cpus=1,
+            total_cpu_s=3600.0,
+            alloc_gpus=1,
+            partition="gpu",
+        )
+    ]
+    samples = sample_rows("23", "g07", "GPU-i", 70.0)
+    (row,) = job_usage(jobs_frame(spark, jobs), samples_frame(spark, samples), load_cluster("demo")).collect()
+    # 1 GPU-h fully sampled at 70 %: 0.3 GPU-h under-used.
+    assert (row["job_id"], row["gpu_coverage_pct"], row["gpu_util_mean_pct"], row["gpu_underused_h"]) == (
+        "20_3",
+        100.0,
+        70.0,
+        0.3,
+    )

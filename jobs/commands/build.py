@@ -19,6 +19,7 @@ from conf import ClusterConfig, ConfigError, load_cluster
 from jobs.commands import add_common
 from jobs.context import Context
 from jobs.tables import read_table, replace_where, table_exists
+from pipelines.attribution import with_job_attribution
 from pipelines.gold import account_month, cluster_month, user_month
 from pipelines.schemas import TABLES
 from pipelines.waste import default_cluster_config, job_usage, price_sheet_json
@@ -155,15 +156,6 @@ def stale_months(ctx: Context, cluster: str, watermarks: dict[str, datetime], pr
     return sorted(m for m, mark in watermarks.items() if built.get(m) != (mark, prices))
 
 
-def _attributed(samples: DataFrame, jobs: DataFrame) -> DataFrame:
-    """Samples with unattributed ones attributed to jobs by host, GPU and time (C1's attribution)."""
-    try:
-        from pipelines.attribution import with_job_attribution
-    except ImportError:  # attribution not installed in this tree: work on samples as stored
-        return samples
-    return with_job_attribution(samples, jobs)
-
-
 def build_month(
     ctx: Context, cluster: str, month: str, config: ClusterConfig, watermark: datetime | None, has_yaml: bool
 ) -> MonthBuilt:
@@ -179,7 +171,8 @@ def build_month(
         overlapping = all_jobs.where(
             (F.col("start_ts") <= span["hi"]) & (F.coalesce("end_ts", F.lit(span["hi"])) >= span["lo"])
         )
-        samples = _attributed(samples, overlapping)
+        # Re-attribute against the jobs as they are now: a late sacct dump may claim unattributed samples.
+        samples = with_job_attribution(samples, overlapping)
     else:
         samples = samples.limit(0)
 
