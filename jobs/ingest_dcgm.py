@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from jobs.context import Context
 from jobs.ingest import IngestReport, SourceFile, bronze_frame, read_inputs, write_bronze, write_quarantine
 from jobs.tables import merge_into, read_table
+from jobs.validate import validate
 from pipelines.attribution import with_job_attribution
 from pipelines.dcgm import CSV_HEADER, SAMPLE_KEY, parse_dcgm_lines, pivot_samples
 from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOBS
@@ -80,8 +81,12 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
         r["attribution"]: r["count"] for r in rows.groupBy("attribution").count().collect()
     }
     ctx.progress(f"dcgm: {kept_lines} metric line(s) kept, {report.quarantined} quarantined")
+    checked = validate(rows, SILVER_GPU_SAMPLES.name, "dcgm")
+    if checked.rejected:
+        write_quarantine(ctx, checked.rejects)
+        report.quarantined += checked.rejected
     counts = merge_into(
-        ctx.spark, ctx.settings, SILVER_GPU_SAMPLES.name, rows, update_when=SAMPLES_UPDATE_WHEN
+        ctx.spark, ctx.settings, SILVER_GPU_SAMPLES.name, checked.valid, update_when=SAMPLES_UPDATE_WHEN
     )
     report.add(SILVER_GPU_SAMPLES.name, counts)
     report.inserted, report.updated, report.unchanged = counts.inserted, counts.updated, counts.unchanged

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pandas as pd
+from pyspark.sql import types as T
 
 from jobs.context import Context
 from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
@@ -32,7 +33,7 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
             report.read += 1
             if reason is None:
                 try:
-                    rows.append({**parse_pod(obj), "source_file": f.name, "line_no": no})
+                    rows.append({**parse_pod(obj), "source_file": f.name, "line_no": no, "raw": raw})
                     continue
                 except ValueError as exc:
                     reason = str(exc)
@@ -47,12 +48,13 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
             "quarantine", write_quarantine(ctx, ctx.spark.createDataFrame(q, schema=QUARANTINE.schema))
         )
     if rows:
-        names = [f.name for f in SILVER_JOBS.schema.fields]
+        schema = T.StructType([*SILVER_JOBS.schema.fields, T.StructField("raw", T.StringType())])
         extra = {"cluster": args.cluster, "ingested_at": now}
         frame = ctx.spark.createDataFrame(
-            [tuple({**r, **extra}[n] for n in names) for r in rows], schema=SILVER_JOBS.schema
+            [tuple({**r, **extra}[f.name] for f in schema.fields) for r in rows], schema=schema
         )
-        counts, report.superseded = merge_jobs(ctx, frame)
+        counts, report.superseded, invalid = merge_jobs(ctx, frame, "k8s")
+        report.quarantined += invalid
         report.add(SILVER_JOBS.name, counts)
         report.inserted, report.updated, report.unchanged = counts.inserted, counts.updated, counts.unchanged
     return report

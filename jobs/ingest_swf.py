@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from jobs.context import Context
 from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
 from jobs.tables import MergeCounts, merge_into
+from jobs.validate import validate
 from pipelines.schemas import SILVER_JOBS
 from pipelines.swf import parse_swf, parse_swf_header
 
@@ -34,15 +35,22 @@ def latest_per_job(rows: DataFrame) -> DataFrame:
     return rows.withColumn("_rank", F.row_number().over(order)).filter("_rank = 1").drop("_rank")
 
 
-def merge_jobs(ctx: Context, rows: DataFrame) -> tuple[MergeCounts, int]:
-    """MERGE job rows into silver.jobs; returns the merge counts and the rows superseded in this batch."""
+def merge_jobs(ctx: Context, rows: DataFrame, source: str) -> tuple[MergeCounts, int, int]:
+    """Validate job rows (silver.jobs expectations; row failures to quarantine) and MERGE them into
+    silver.jobs; returns the merge counts, rows superseded in this batch and rows rejected.
+    `rows` carries silver.jobs columns plus `raw` (the record's text, for quarantine)."""
     rows = rows.cache()
     unique = latest_per_job(rows).cache()
     total, kept = rows.count(), unique.count()
-    counts = merge_into(ctx.spark, ctx.settings, SILVER_JOBS.name, unique, update_when=JOBS_UPDATE_WHEN)
+    checked = validate(unique, SILVER_JOBS.name, source)
+    if checked.rejected:
+        write_quarantine(ctx, checked.rejects)
+    counts = merge_into(
+        ctx.spark, ctx.settings, SILVER_JOBS.name, checked.valid, update_when=JOBS_UPDATE_WHEN
+    )
     rows.unpersist()
     unique.unpersist()
-    return counts, total - kept
+    return counts, total - kept, checked.rejected
 
 
 def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
@@ -64,7 +72,8 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     report.quarantined = rejects.count()
     if report.quarantined:
         report.add("quarantine", write_quarantine(ctx, rejects))
-    counts, report.superseded = merge_jobs(ctx, rows)
+    counts, report.superseded, invalid = merge_jobs(ctx, rows, "swf")
+    report.quarantined += invalid
     report.add(SILVER_JOBS.name, counts)
     report.inserted, report.updated, report.unchanged = counts.inserted, counts.updated, counts.unchanged
     bronze.unpersist()

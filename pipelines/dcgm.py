@@ -165,6 +165,7 @@ def parse_dcgm_lines(
         "value",
         "source_file",
         "line_no",
+        "raw",
         "ingested_at",
     )
     return samples, rejects, unkept
@@ -175,7 +176,8 @@ SAMPLE_KEY = ("cluster", "host", "device", "ts", "label_job")
 
 def pivot_samples(samples: DataFrame) -> DataFrame:
     """One row per (cluster, host, device, ts, label_job) with the metrics as columns in their units; a
-    metric given twice for the same sample keeps its later line. Attribution columns are left empty."""
+    metric given twice for the same sample keeps its later line. Attribution columns are left empty; `raw`
+    (the sample's first line) rides along for quarantine."""
     aggs = []
     for metric, (column, factor) in KEPT_METRICS.items():
         picked = F.max_by(
@@ -192,6 +194,7 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
         *aggs,
         F.min_by("source_file", "line_no").alias("source_file"),
         F.min("line_no").alias("line_no"),
+        F.min_by("raw", "line_no").alias("raw"),
         F.max("ingested_at").alias("ingested_at"),
     )
     return wide.select(
@@ -215,4 +218,5 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
         "source_file",
         "line_no",
         "ingested_at",
+        "raw",  # the sample's first line, for quarantine by the validation step; not a silver column
     )

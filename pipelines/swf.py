@@ -185,5 +185,6 @@ def parse_swf(bronze: DataFrame, headers: dict[str, SwfHeader]) -> tuple[DataFra
         "source_file",
         "line_no",
         "ingested_at",
+        "raw",  # the line itself, for quarantine by the validation step; not a silver.jobs column
     )
     return rows, rejects
