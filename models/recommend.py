@@ -59,8 +59,11 @@ def choose_gpu(vram_per_gpu_bytes: float, cluster: ClusterConfig | None) -> dict
     return {"gpu_model": model, "mig_profile": profile, "memory_gib": memory_gib}
 
 
-def query_row(info: object, user: str, submit_ts: pd.Timestamp) -> pd.DataFrame:
-    """A one-row silver.jobs-like frame for a script about to be submitted (from a ScriptInfo)."""
+def query_row(
+    info: object, user: str, submit_ts: pd.Timestamp, gpu_mem_bytes: dict[str, float] | None = None
+) -> pd.DataFrame:
+    """A one-row silver.jobs-like frame for a script about to be submitted (from a ScriptInfo), with the
+    per-target request columns the recommendation is capped at (`mem_req_bytes`, `cpus_req`, ...)."""
     directives = getattr(info, "directives_json", None) or "{}"
     try:
         parsed = json.loads(directives)
@@ -70,9 +73,15 @@ def query_row(info: object, user: str, submit_ts: pd.Timestamp) -> pd.DataFrame:
     cpus_per_task = getattr(info, "req_cpus_per_task", None)
     ntasks = getattr(info, "req_ntasks", None)
     req_cpus = (cpus_per_task or 1) * (ntasks or 1) if (cpus_per_task or ntasks) else None
+    gpus = getattr(info, "req_gpus", None)
+    per_gpu = (gpu_mem_bytes or {}).get(getattr(info, "gpu_type", None) or "")
     return pd.DataFrame(
         [
             {
+                "mem_req_bytes": getattr(info, "req_mem_bytes", None),
+                "cpus_req": req_cpus,
+                "runtime_req_s": getattr(info, "timelimit_s", None),
+                "vram_req_bytes": gpus * per_gpu if gpus and per_gpu else None,
                 "cluster": None,
                 "job_id": "query",
                 "user": user,

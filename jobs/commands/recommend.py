@@ -66,7 +66,7 @@ def recommend(ctx: Context, text: str, cluster: str, user: str) -> dict[str, obj
     history = filter_usable(read_jobs(ctx, cluster, user))
     history = with_script_key(with_targets(history, gpu_memory_bytes(config)))
     n_history = len(history)
-    query = query_row(info, user, pd.Timestamp(ctx.now()))
+    query = query_row(info, user, pd.Timestamp(ctx.now()), gpu_memory_bytes(config))
     payload: dict[str, object] = {
         "cluster": cluster,
         "user": user,
