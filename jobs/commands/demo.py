@@ -99,6 +99,13 @@ def _headline(step: Step) -> str:
         return ""
     if step.command.startswith("ingest "):
         return f": read {r.get('read')}, inserted {r.get('inserted')}, quarantined {r.get('quarantined')}"
+    head = r.get("headline")
+    if step.command == "waste" and isinstance(head, dict) and "wasted_share_pct" in head:
+        usd = head.get("wasted_usd", 0)
+        return f": {head['wasted_share_pct']:.1f} % of allocated capacity wasted, ${usd:,.0f}"
+    if step.command == "failures" and "by_cause" in r:
+        causes = ", ".join(f"{c} {v.get('jobs')}" for c, v in list(r["by_cause"].items())[:4])
+        return f": {r.get('jobs')} jobs diagnosed ({causes}), ${r.get('lost_usd', 0):,.0f} lost"
     for key in ("headline", "summary"):
         if isinstance(r.get(key), str):
             return f": {r[key]}"
