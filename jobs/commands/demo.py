@@ -126,8 +126,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(build, failures, waste, train, evaluate, report, emails) and prints what it produced and where. "
         "Tables go to the configured warehouse. Progress on stderr.",
     )
-    add_common(p)
-    p.set_defaults(cluster="demo")
+    add_common(p, cluster=False)
+    p.add_argument("--cluster", default="demo", metavar="C", help="cluster to simulate (default: demo)")
     p.add_argument(
         "--month", type=month_arg, metavar="YYYY-MM", help="month to simulate (default: last month)"
     )
