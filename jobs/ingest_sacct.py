@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from jobs.context import Context, DataError, UsageError
 from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from jobs.tables import MergeCounts, conform, merge_into, read_table
+from jobs.tables import MergeCounts, conform, merge_into, read_table, table_exists
 from jobs.validate import validate
 from pipelines import sacct
 from pipelines.schemas import SILVER_JOB_STEPS, SILVER_JOBS, TableSpec
@@ -94,8 +94,13 @@ def _classify(ctx: Context, spec: TableSpec, batch: DataFrame) -> DataFrame:
     )
 
 
-def _write(ctx: Context, spec: TableSpec, batch: DataFrame) -> tuple[MergeCounts, int]:
-    """MERGE the batch's new and newer rows; (counts, rows superseded by the stored table)."""
+def _write(ctx: Context, spec: TableSpec, batch: DataFrame, rows: int) -> tuple[MergeCounts, int]:
+    """MERGE the batch's (`rows` rows) new and newer rows; (counts, rows superseded by the stored table)."""
+    if rows == 0:
+        return MergeCounts(), 0
+    if not table_exists(ctx.spark, ctx.settings, spec.name):  # the first load: every row is new
+        merge_into(ctx.spark, ctx.settings, spec.name, batch)
+        return MergeCounts(inserted=rows), 0
     classified = _classify(ctx, spec, batch).persist(StorageLevel.MEMORY_AND_DISK)
     counts = Counter({r["_category"]: r["count"] for r in classified.groupBy("_category").count().collect()})
     if counts["insert"] or counts["update"]:
@@ -133,13 +138,16 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     kinds = Counter({r["record"]: r["count"] for r in parsed.groupBy("record").count().collect()})
     report.skipped = kinds[sacct.SKIP]
 
-    steps, steps_superseded = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS.key)
-    jobs, jobs_superseded = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS.key)
-    superseded_in_batch = steps_superseded.count() + jobs_superseded.count()
-
     ctx.progress("validating")
-    checked_jobs = validate(jobs, SILVER_JOBS.name, SOURCE)
+    steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS.key)[0]
+    steps = steps.persist(StorageLevel.MEMORY_AND_DISK)
     checked_steps = validate(steps, SILVER_JOB_STEPS.name, SOURCE)
+    # A job's peaks come from its steps that passed validation (a rejected step's values are not trusted).
+    jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS.key)[0]
+    jobs = jobs.persist(StorageLevel.MEMORY_AND_DISK)
+    checked_jobs = validate(jobs, SILVER_JOBS.name, SOURCE)
+    # Rows of a key beaten by a newer row of the same key in this batch.
+    superseded_in_batch = kinds[sacct.JOB] - checked_jobs.rows + kinds[sacct.STEP] - checked_steps.rows
     parse_rejects = parsed.where(F.col("record") == sacct.REJECT).select(
         "cluster", F.lit(SOURCE).alias("source"), "source_file", "line_no", "raw", "reason"
     )
@@ -151,7 +159,7 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     ctx.progress("merging into silver")
     superseded = superseded_in_batch
     for spec, checked in ((SILVER_JOBS, checked_jobs), (SILVER_JOB_STEPS, checked_steps)):
-        counts, lost_to_stored = _write(ctx, spec, checked.valid)
+        counts, lost_to_stored = _write(ctx, spec, checked.valid, checked.rows - checked.rejected)
         report.add(spec.name, counts)
         report.tables[spec.name]["superseded"] = lost_to_stored
         report.inserted += counts.inserted
@@ -159,8 +167,8 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
         report.unchanged += counts.unchanged
         superseded += lost_to_stored
     report.superseded = superseded
-    parsed.unpersist()
-    bronze.unpersist()
+    for frame in (jobs, steps, parsed, bronze):
+        frame.unpersist()
 
     accounted = (
         report.skipped + report.quarantined + report.inserted + report.updated + report.unchanged + superseded

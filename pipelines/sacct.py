@@ -65,7 +65,7 @@ FIELDS: tuple[Field, ...] = (
     Field("TRESUsageInTot", "tres_usage_in_tot", "tres"),
 )
 FIELDS_BY_NAME: dict[str, Field] = {f.name.lower(): f for f in FIELDS}
-REQUIRED = ("jobid", "state")
+REQUIRED = ("jobid",)
 
 # The typed columns a parse yields (null where the file lacks the field).
 _OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -136,6 +136,9 @@ class Layout:
     fields: tuple[str, ...]
     from_header: bool
     file_order: int = 0
+    # --parsable ends lines with an extra `|`: True/False when the header line shows it; None (no header)
+    # guesses per line (one surplus empty last field is the delimiter's).
+    trailing_delimiter: bool | None = None
 
     @property
     def width(self) -> int:
@@ -165,7 +168,8 @@ def detect_layout(lines: list[str], fmt: tuple[str, ...] | None, file_order: int
         if not line.strip() or line.startswith("#"):
             continue
         if is_header(line):
-            return Layout(tuple(line.strip().rstrip("|").split("|")), True, file_order)
+            fields = tuple(line.strip().rstrip("|").split("|"))
+            return Layout(fields, True, file_order, line.strip().endswith("|"))
         break
     if fmt is None:
         return (
@@ -177,7 +181,8 @@ def detect_layout(lines: list[str], fmt: tuple[str, ...] | None, file_order: int
 
 
 def missing_required(layout: Layout) -> list[str]:
-    """Required fields (JobID or JobIDRaw, State) the layout lacks, by their sacct names."""
+    """Required fields (JobID, or JobIDRaw) the layout lacks, by their sacct names. Without a State
+    field every record's state is UNKNOWN."""
     names = {f.lower() for f in layout.fields}
     if "jobidraw" in names:
         names.add("jobid")  # jobstats-style dumps name jobs by JobIDRaw alone
@@ -256,8 +261,12 @@ def parse_lines(bronze: DataFrame, layout: Layout, file_orders: dict[str, int]) 
     raw = F.coalesce(F.col("raw"), F.lit(""))
     parts0 = F.split(raw, r"\|", -1)
     # --parsable (not --parsable2) ends every line with one extra `|`.
-    trailing = (F.size(parts0) == n + 1) & (F.element_at(parts0, -1) == "")
-    parts = F.when(trailing, F.slice(parts0, 1, n)).otherwise(parts0)
+    last_empty = F.element_at(parts0, -1) == ""
+    if layout.trailing_delimiter is None:
+        trailing = (F.size(parts0) == n + 1) & last_empty
+    else:
+        trailing = F.lit(layout.trailing_delimiter) & (F.size(parts0) > 1) & last_empty
+    parts = F.when(trailing, F.slice(parts0, 1, F.size(parts0) - 1)).otherwise(parts0)
     meta = ["cluster", "source_file", "file_sha256", "line_no", "raw", "ingested_at"]
     # Staged selects: each field's text is cut out once, converted once, checked once (Spark does not
     # collapse projections that would repeat a costly expression).
@@ -289,7 +298,8 @@ def parse_lines(bronze: DataFrame, layout: Layout, file_orders: dict[str, int]) 
 
     count_ok = (F.col("_extra") == 0) | (F.lit(has_jobname) & (F.col("_extra") > 0))
     job_text = F.trim(F.coalesce(F.col("job_id_text"), F.lit("")))
-    state = _state_cols(F.coalesce(F.col("state_raw"), F.lit("")))[1]
+    has_state = any(f.lower() == "state" for f in layout.fields)
+    state = _state_cols(F.coalesce(F.col("state_raw"), F.lit("")))[1] if has_state else F.lit("UNKNOWN")
     trimmed = F.trim(F.coalesce(F.col("raw"), F.lit("")))
     is_skip = (
         (trimmed == "")
@@ -319,6 +329,7 @@ def parse_lines(bronze: DataFrame, layout: Layout, file_orders: dict[str, int]) 
         record.alias("record"),
         F.when(is_skip, F.lit("header, comment or blank")).otherwise(reason).alias("reason"),
         *[c for c, _ in _OUTPUT_COLUMNS],
+        state.alias("state"),
     )
     return with_ids_and_states(parsed)
 
@@ -333,11 +344,11 @@ def _state_cols(state_text: Column) -> tuple[Column, Column]:
 
 
 def with_ids_and_states(parsed: DataFrame) -> DataFrame:
-    """Add job_id (without step), step_id, array/het parts, normalised state, cancelled_by, is_final."""
+    """Add job_id (without step), step_id, array/het parts, cancelled_by and is_final (from `state`)."""
     jid = F.trim(F.coalesce(F.col("job_id_text"), F.lit("")))
     part = lambda i: F.regexp_extract(jid, _JOBID_RE, i)  # noqa: E731
     blank_to_null = lambda c: F.when(c != "", c)  # noqa: E731
-    state = _state_cols(F.coalesce(F.col("state_raw"), F.lit("")))[1]
+    state = F.col("state")
     return (
         parsed.withColumn("job_id", blank_to_null(F.regexp_extract(jid, r"^([^.]*)", 1)))
         .withColumn("step_id", blank_to_null(part(7)))
@@ -345,7 +356,6 @@ def with_ids_and_states(parsed: DataFrame) -> DataFrame:
         .withColumn("array_task_id", blank_to_null(part(3)))
         .withColumn("het_job_id", F.when(part(5) != "", part(1)))
         .withColumn("het_job_offset", F.when(part(5) != "", part(5).cast("int")))
-        .withColumn("state", state)
         .withColumn(
             "cancelled_by",
             blank_to_null(F.regexp_extract(F.col("state_raw"), r"(?i)^\s*CANCELLED\s+by\s+(\S+)", 1)),

@@ -252,8 +252,9 @@ def test_layout_detection() -> None:
     assert sacct.is_header("JOBIDRAW|Start|End")
     assert not sacct.is_header("123|foo|COMPLETED")
     assert sacct.detect_layout(["# c", "", "JobID|REQMEM|State|"], None) == sacct.Layout(
-        ("JobID", "REQMEM", "State"), True, 0
+        ("JobID", "REQMEM", "State"), True, 0, True
     )
+    assert sacct.detect_layout(["JobID|State"], None) == sacct.Layout(("JobID", "State"), True, 0, False)
     assert sacct.detect_layout(["123|COMPLETED"], None) is None
     assert sacct.detect_layout(["123|COMPLETED"], ("JobID", "State"), 2) == sacct.Layout(
         ("JobID", "State"), False, 2
