@@ -83,9 +83,9 @@ def coverage_by_decile(history_n: np.ndarray, met: np.ndarray) -> list[dict[str,
 
 
 def headline(metrics: dict[str, object]) -> float:
-    """The number a predictor is ranked by: waste reclaimed when jobs have requests, else minus the
-    over-provision left (the better predictor leaves less)."""
-    if int(metrics["n_with_request"]) > 0:
+    """The number a predictor is ranked by: waste reclaimed when most jobs state a request, else minus
+    the over-provision left (the better predictor leaves less)."""
+    if int(metrics["n_with_request"]) >= 0.5 * int(metrics["n"]):
         return float(metrics["reclaimed_h"])
     return -float(metrics["residual_waste_h"])
 
@@ -120,7 +120,7 @@ def compare_to_baselines(metrics: dict[str, dict[str, object]], rate: float) -> 
         return {"best_baseline": None, "gain_pct": None, "model_within_rate": model_ok}
     best = max(eligible, key=lambda name: headline(eligible[name]))
     base, mine = headline(eligible[best]), headline(model)
-    if int(model["n_with_request"]) > 0:
+    if int(model["n_with_request"]) >= 0.5 * int(model["n"]):
         gain = (mine - base) / abs(base) * 100 if base else None
     else:
         left_base, left_model = float(eligible[best]["residual_waste_h"]), float(model["residual_waste_h"])
