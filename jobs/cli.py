@@ -11,7 +11,18 @@ from conf import ConfigError
 from jobs.context import Context, DataError, UsageError
 
 # The public CLI contract (DESIGN.md); a command is listed here once it exists.
-COMMANDS = ("ingest", "sql", "failures", "build", "waste", "train", "evaluate", "recommend", "simulate", "demo")
+COMMANDS = (
+    "ingest",
+    "sql",
+    "failures",
+    "build",
+    "waste",
+    "train",
+    "evaluate",
+    "recommend",
+    "simulate",
+    "demo",
+)
 
 
 class _Parser(argparse.ArgumentParser):
