@@ -208,8 +208,8 @@ def _convert(field: Field, v: Column) -> tuple[dict[str, Column], Column]:
         return {col: _text(v)}, ok
     if kind in ("int", "minutes"):
         t = F.trim(v)
-        number = F.when(t.rlike(_INT_RE), t.cast("long"))
-        ok = _blank(v) | t.rlike(_INT_RE)
+        number = F.when(t.rlike(_INT_RE), t.try_cast("long"))
+        ok = _blank(v) | number.isNotNull()
         if kind == "minutes":
             ok = ok | F.upper(t).isin(*U.NO_DURATION)
             return {col: number * 60.0}, ok
@@ -224,7 +224,7 @@ def _convert(field: Field, v: Column) -> tuple[dict[str, Column], Column]:
     if kind == "timestamp":
         t = F.trim(v)
         iso = F.try_to_timestamp(t, F.lit("yyyy-MM-dd'T'HH:mm:ss"))
-        epoch = F.timestamp_seconds(F.when(t.rlike(_INT_RE), t.cast("long")))
+        epoch = F.timestamp_seconds(F.when(t.rlike(_INT_RE), t.try_cast("long")))
         value = F.when(t.rlike(_TS_RE), iso).when(t.rlike(_INT_RE), epoch)
         ok = _blank(v) | F.upper(t).isin(*_NO_TS) | (t.rlike(_TS_RE) & iso.isNotNull()) | t.rlike(_INT_RE)
         return {col: value}, ok
@@ -290,7 +290,7 @@ def parse_lines(bronze: DataFrame, layout: Layout, file_orders: dict[str, int]) 
     if "job_id_text" not in columns and "job_id_raw" in columns:
         columns["job_id_text"] = columns["job_id_raw"]
     typed = [
-        (columns[c].cast(t) if c in columns else F.lit(None).cast(t)).alias(c) for c, t in _OUTPUT_COLUMNS
+        (columns[c].try_cast(t) if c in columns else F.lit(None).cast(t)).alias(c) for c, t in _OUTPUT_COLUMNS
     ]
     converted = texts.select(
         *meta, "_extra", "_nparts", *[f"_t{i}" for i, _, _ in used], *oks, *typed
@@ -355,7 +355,7 @@ def with_ids_and_states(parsed: DataFrame) -> DataFrame:
         .withColumn("array_job_id", F.when(part(3) != "", part(1)))
         .withColumn("array_task_id", blank_to_null(part(3)))
         .withColumn("het_job_id", F.when(part(5) != "", part(1)))
-        .withColumn("het_job_offset", F.when(part(5) != "", part(5).cast("int")))
+        .withColumn("het_job_offset", F.when(part(5) != "", part(5).try_cast("int")))
         .withColumn(
             "cancelled_by",
             blank_to_null(F.regexp_extract(F.col("state_raw"), r"(?i)^\s*CANCELLED\s+by\s+(\S+)", 1)),
@@ -372,7 +372,7 @@ def step_peak_rss_bytes(steps: DataFrame) -> Column:
     × NTasks is an upper bound for the step); when MaxRSS is missing, TRESUsageInTot `mem` (seff's
     "sum of memory peaks of all tasks")."""
     tot_mem = U.tres_mem_col(U.tres_map_col(F.col("tres_usage_in_tot")), "mem")
-    return F.coalesce(F.col("max_rss_bytes") * F.coalesce(F.col("ntasks"), F.lit(1)), tot_mem)
+    return F.coalesce(F.try_multiply(F.col("max_rss_bytes"), F.coalesce(F.col("ntasks"), F.lit(1))), tot_mem)
 
 
 def with_steps(parsed: DataFrame) -> DataFrame:
@@ -389,10 +389,10 @@ def with_steps(parsed: DataFrame) -> DataFrame:
         "exit_signal",
         "start_ts",
         "end_ts",
-        F.col("elapsed_s").cast("long").alias("elapsed_s"),
-        F.col("alloc_cpus").cast("int").alias("alloc_cpus"),
-        F.col("ntasks").cast("int").alias("ntasks"),
-        F.col("nodes").cast("int").alias("nodes"),
+        F.col("elapsed_s").try_cast("long").alias("elapsed_s"),
+        F.col("alloc_cpus").try_cast("int").alias("alloc_cpus"),
+        F.col("ntasks").try_cast("int").alias("ntasks"),
+        F.col("nodes").try_cast("int").alias("nodes"),
         "node_list",
         "total_cpu_s",
         "max_rss_bytes",
@@ -441,8 +441,8 @@ def with_jobs(parsed: DataFrame, steps: DataFrame) -> DataFrame:
         .when(per == U.REQ_MEM_PER_NODE, nodes)
         .otherwise(F.lit(1))
     )
-    req_mem = F.when(F.col("req_mem_value_bytes") > 0, F.col("req_mem_value_bytes") * factor)
-    own_peak = F.col("max_rss_bytes") * F.coalesce(F.col("ntasks"), F.lit(1))
+    req_mem = F.when(F.col("req_mem_value_bytes") > 0, F.try_multiply(F.col("req_mem_value_bytes"), factor))
+    own_peak = F.try_multiply(F.col("max_rss_bytes"), F.coalesce(F.col("ntasks"), F.lit(1)))
     jobs = parsed.where(F.col("record") == JOB).join(_step_usage(steps), ["cluster", "job_id"], how="left")
     return jobs.select(
         "cluster",
@@ -468,20 +468,20 @@ def with_jobs(parsed: DataFrame, steps: DataFrame) -> DataFrame:
         "submit_ts",
         "start_ts",
         "end_ts",
-        F.col("elapsed_s").cast("long").alias("elapsed_s"),
-        F.col("timelimit_s").cast("long").alias("timelimit_s"),
-        F.coalesce(F.col("req_cpus"), U.tres_count_col(req, "cpu")).cast("int").alias("req_cpus"),
-        alloc_cpus.cast("int").alias("alloc_cpus"),
+        F.col("elapsed_s").try_cast("long").alias("elapsed_s"),
+        F.col("timelimit_s").try_cast("long").alias("timelimit_s"),
+        F.coalesce(F.col("req_cpus"), U.tres_count_col(req, "cpu")).try_cast("int").alias("req_cpus"),
+        alloc_cpus.try_cast("int").alias("alloc_cpus"),
         F.coalesce(req_mem, U.tres_mem_col(req, "mem")).alias("req_mem_bytes"),
         U.tres_mem_col(alloc, "mem").alias("alloc_mem_bytes"),
-        U.tres_count_col(req, "gres/gpu").cast("int").alias("req_gpus"),
-        U.tres_count_col(alloc, "gres/gpu").cast("int").alias("alloc_gpus"),
+        U.tres_count_col(req, "gres/gpu").try_cast("int").alias("req_gpus"),
+        U.tres_count_col(alloc, "gres/gpu").try_cast("int").alias("alloc_gpus"),
         F.coalesce(U.tres_gpu_model_col(F.col("alloc_tres")), U.tres_gpu_model_col(F.col("req_tres"))).alias(
             "gpu_model"
         ),
-        nodes.cast("int").alias("nodes"),
+        nodes.try_cast("int").alias("nodes"),
         "node_list",
-        F.col("ntasks").cast("int").alias("ntasks"),
+        F.col("ntasks").try_cast("int").alias("ntasks"),
         F.coalesce(F.col("total_cpu_s"), F.col("steps_total_cpu_s")).alias("total_cpu_s"),
         F.coalesce(F.col("steps_peak_rss_bytes"), own_peak).alias("max_rss_bytes"),
         F.col("steps_gpu_mem_peak_bytes").alias("gpu_mem_peak_bytes"),

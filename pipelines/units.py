@@ -242,12 +242,12 @@ def mem_bytes_col(c: Column) -> Column:
     s = F.trim(c)
     number = F.regexp_extract(s, _MEM_COL_RE, 1)
     unit = F.regexp_extract(s, _MEM_COL_RE, 3)
-    return F.when(s.rlike(_MEM_COL_RE), F.round(number.cast("double") * _unit_factor(unit)).cast("long"))
+    return F.when(s.rlike(_MEM_COL_RE), F.round(number.cast("double") * _unit_factor(unit)).try_cast("long"))
 
 
 def mem_ok_col(c: Column) -> Column:
-    """Whether a memory field is empty or well formed."""
-    return _blank(c) | F.trim(c).rlike(_MEM_COL_RE)
+    """Whether a memory field is empty or a well-formed size that fits in 64 bits."""
+    return _blank(c) | mem_bytes_col(c).isNotNull()
 
 
 def req_mem_cols(c: Column) -> tuple[Column, Column]:
@@ -257,21 +257,21 @@ def req_mem_cols(c: Column) -> tuple[Column, Column]:
     unit = F.regexp_extract(s, _REQ_MEM_COL_RE, 3)
     suffix = F.upper(F.regexp_extract(s, _REQ_MEM_COL_RE, 4))
     ok = s.rlike(_REQ_MEM_COL_RE)
-    value = F.when(ok, F.round(number.cast("double") * _unit_factor(unit, MEM_FACTORS["M"])).cast("long"))
+    value = F.when(ok, F.round(number.cast("double") * _unit_factor(unit, MEM_FACTORS["M"])).try_cast("long"))
     kind = F.when(ok, F.when(suffix == "C", REQ_MEM_PER_CPU).when(suffix == "N", REQ_MEM_PER_NODE))
     return value, F.when(ok, F.coalesce(kind, F.lit(REQ_MEM_JOB)))
 
 
 def req_mem_ok_col(c: Column) -> Column:
-    """Whether a ReqMem field is empty or well formed."""
-    return _blank(c) | F.trim(c).rlike(_REQ_MEM_COL_RE)
+    """Whether a ReqMem field is empty or a well-formed size that fits in 64 bits."""
+    return _blank(c) | req_mem_cols(c)[0].isNotNull()
 
 
 def duration_s_col(c: Column) -> Column:
     """`parse_duration_s` as a Column (double seconds; null for empty, UNLIMITED-like or malformed)."""
     s = F.trim(c)
     has_day = s.contains("-")
-    days = F.when(has_day, F.substring_index(s, "-", 1).cast("long")).otherwise(F.lit(0))
+    days = F.when(has_day, F.substring_index(s, "-", 1).try_cast("double")).otherwise(F.lit(0.0))
     rest = F.substring_index(s, "-", -1)
     parts = F.split(rest, ":")
     n = F.size(parts)
@@ -299,8 +299,8 @@ def exit_code_cols(c: Column) -> tuple[Column, Column]:
     s = F.trim(c)
     ok = s.rlike(r"^[0-9]+:[0-9]+$")
     return (
-        F.when(ok, F.substring_index(s, ":", 1).cast("int")),
-        F.when(ok, F.substring_index(s, ":", -1).cast("int")),
+        F.when(ok, F.substring_index(s, ":", 1).try_cast("int")),
+        F.when(ok, F.substring_index(s, ":", -1).try_cast("int")),
     )
 
 
@@ -322,7 +322,7 @@ def tres_ok_col(c: Column) -> Column:
 
 def tres_count_col(tres: Column, key: str) -> Column:
     """A count from a TRES map (`cpu`, `node`, `gres/gpu`) as a long; null when absent."""
-    return F.try_element_at(tres, F.lit(key)).try_cast("double").cast("long")
+    return F.try_element_at(tres, F.lit(key)).try_cast("double").try_cast("long")
 
 
 def tres_mem_col(tres: Column, key: str) -> Column:

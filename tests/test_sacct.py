@@ -259,7 +259,8 @@ def test_layout_detection() -> None:
     assert sacct.detect_layout(["123|COMPLETED"], ("JobID", "State"), 2) == sacct.Layout(
         ("JobID", "State"), False, 2
     )
-    assert sacct.missing_required(sacct.Layout(("JobIDRaw", "Start"), True)) == ["State"]
+    assert sacct.missing_required(sacct.Layout(("JobIDRaw", "Start"), True)) == []
+    assert sacct.missing_required(sacct.Layout(("State", "Elapsed"), True)) == ["JobID"]
     assert sacct.split_format("jobid,state%20, elapsed") == ("jobid", "state", "elapsed")
     with pytest.raises(ValueError, match="empty --format"):
         sacct.split_format(",")
