@@ -70,8 +70,9 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     if report.quarantined:
         report.add("quarantine", write_quarantine(ctx, rejects))
     not_kept = {r["metric"]: r["count"] for r in unkept.collect()}
-    kept_lines = samples.count()
-    distinct = samples.select(*SAMPLE_KEY, "metric").distinct().count()
+    per_metric = samples.groupBy(*SAMPLE_KEY, "metric").count()
+    totals = per_metric.agg(F.sum("count").alias("lines"), F.count("*").alias("distinct")).first()
+    kept_lines, distinct = int(totals["lines"] or 0), int(totals["distinct"])
     report.read = kept_lines + report.quarantined + sum(not_kept.values())
     report.superseded = kept_lines - distinct
     report.tables["metrics not kept (lines)"] = dict(sorted(not_kept.items()))
