@@ -162,6 +162,8 @@ def test_build_is_incremental_idempotent_and_feeds_waste(jobfit, make_ctx) -> No
     assert bad.code == 2 and bad.err.count("\n") == 1
 
 
-def test_waste_before_any_build_is_a_one_line_error(jobfit) -> None:
+def test_empty_silver_builds_nothing_and_waste_says_so(jobfit) -> None:
+    built = jobfit("build")
+    assert built.code == 0 and built.out.strip() == "nothing to build: silver.jobs has no finished jobs"
     res = jobfit("waste", "--cluster", "demo")
     assert res.code == 2 and res.err.count("\n") == 1 and "jobfit build" in res.err
