@@ -89,11 +89,6 @@ def test_reingest_later_and_older_dumps(jobfit, make_ctx, tmp_path: Path) -> Non
     assert first["tables"]["silver.jobs"]["inserted"] == 2
     assert first["tables"]["silver.job_steps"]["inserted"] == 3
 
-    again = ingest(jobfit, a)
-    assert (again["inserted"], again["updated"], again["unchanged"], again["superseded"]) == (0, 0, 5, 0)
-    ctx = make_ctx()
-    assert read_table(ctx.spark, ctx.settings, "bronze.sacct").count() == 6  # the same file adds nothing
-
     # gzip is read by its magic bytes, whatever the name
     b = tmp_path / "b.dump"
     b.write_bytes(gzip.compress(("\n".join(DUMP_B) + "\n").encode()))
@@ -108,8 +103,13 @@ def test_reingest_later_and_older_dumps(jobfit, make_ctx, tmp_path: Path) -> Non
     }
     assert later["superseded"] == 1  # 500's RUNNING line, beaten by its COMPLETED line in the same dump
 
+    # The first dump again: the same file adds nothing to bronze, and its older records of job 500 are
+    # superseded by the stored COMPLETED rows instead of overwriting them.
     older = ingest(jobfit, a)
     assert (older["inserted"], older["updated"], older["unchanged"], older["superseded"]) == (0, 0, 3, 2)
+    assert older["tables"]["silver.jobs"] == {"inserted": 0, "updated": 0, "unchanged": 1, "superseded": 1}
+    ctx = make_ctx()
+    assert read_table(ctx.spark, ctx.settings, "bronze.sacct").count() == 6 + 9
 
     jobs = {r["job_id"]: r for r in read_table(ctx.spark, ctx.settings, "silver.jobs").collect()}
     steps = {
@@ -163,6 +163,8 @@ def test_garbage_and_real_samples(jobfit, make_ctx, real_data: Path, tmp_path: P
         ),
         good_600.replace("600|600|ok", "607|607|ok").replace("01:00:00|02:00:00", "1:2:3:4|02:00:00"),
         "x7|x7|badid|||cpu|COMPLETED|0:0||||||1|||1|1|||",
+        # a count too large for 64 bits
+        good_600.replace("600|600|ok", "608|608|ok").replace("|1G||1|1|", "|1G||1|99999999999999999999999|"),
         # ends before it starts: a row-level expectation failure
         good_600.replace("600|600|ok", "603|603|ok").replace("2026-01-06T09:00:00", "2026-01-06T07:00:00"),
         # a GPU utilisation peak over 100 %: a row-level expectation failure on the step
@@ -189,8 +191,8 @@ def test_garbage_and_real_samples(jobfit, make_ctx, real_data: Path, tmp_path: P
     )
     jobstats_lines = jobstats.read_text().splitlines()
     assert report["read"] == len(lines) + 2 + 3 + len(jobstats_lines) + len(first_block)  # 2 lines of junk
-    # 10 garbage lines; 8 jobstats lines of decoded JSON between its fixtures
-    assert report["quarantined"] == 10 + 8
+    # 11 garbage lines; 8 jobstats lines of decoded JSON between its fixtures
+    assert report["quarantined"] == 11 + 8
     # garbage: 600, 604, 700; jobstats: 10920562, 49589697, 60155093, 845136, 46915114; CURC: 18194943
     assert report["tables"]["silver.jobs"]["inserted"] == 3 + 5 + 1
     assert report["tables"]["silver.job_steps"]["inserted"] == 1 + 2
@@ -207,12 +209,13 @@ def test_garbage_and_real_samples(jobfit, make_ctx, real_data: Path, tmp_path: P
     assert reasons[("garbage.txt", 8)] == "bad MaxRSS: '12Q'"
     assert reasons[("garbage.txt", 9)] == "bad Elapsed: '1:2:3:4'"
     assert reasons[("garbage.txt", 10)] == "bad JobID: 'x7'"
-    assert reasons[("garbage.txt", 11)] == "failed expectation: end_ts >= start_ts"
-    assert reasons[("garbage.txt", 12)] == "failed expectation: gpu_util_peak_pct between 0 and 100"
-    assert reasons[("garbage.txt", 14)].startswith("expected 21 fields")  # the binary junk
+    assert reasons[("garbage.txt", 11)] == "bad NNodes: '99999999999999999999999'"
+    assert reasons[("garbage.txt", 12)] == "failed expectation: end_ts >= start_ts"
+    assert reasons[("garbage.txt", 13)] == "failed expectation: gpu_util_peak_pct between 0 and 100"
+    assert reasons[("garbage.txt", 15)].startswith("expected 21 fields")  # the binary junk
     assert reasons[("short.txt", 3)] == "expected 3 fields, got 4"
-    assert reasons[("garbage.txt", 15)].startswith("expected 21 fields")
-    assert sum(1 for (name, _) in reasons if name != "jobstats_testfixture_sacct_admincomment.txt") == 10
+    assert reasons[("garbage.txt", 16)].startswith("expected 21 fields")
+    assert sum(1 for (name, _) in reasons if name != "jobstats_testfixture_sacct_admincomment.txt") == 11
 
     jobs = {r["job_id"]: r for r in read_table(ctx.spark, ctx.settings, "silver.jobs").collect()}
     # job 600's rejected step .0 (gpuutil=250) does not feed the job's peak
