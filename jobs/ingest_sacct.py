@@ -128,10 +128,6 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
         ctx.progress("no lines to ingest")
         return report
 
-    spark = ctx.spark
-    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
-    # A TRES string naming one item twice keeps the last value instead of failing the whole run.
-    spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
     ctx.progress(f"reading {report.read} lines from {len(files)} file(s)")
     bronze = bronze_frame(ctx, files, cluster).persist(StorageLevel.MEMORY_AND_DISK)
     report.tables["bronze.sacct"] = {"inserted": write_bronze(ctx, SOURCE, bronze).inserted}

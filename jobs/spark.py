@@ -24,6 +24,10 @@ _QUIET_CONF = {
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp",
+    # Driver-side pandas frames (bronze lines, validation batches) cross to and from the JVM through Arrow.
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # A TRES string naming one item twice keeps the last value instead of failing the whole run.
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
 }
 
 
