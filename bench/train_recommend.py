@@ -13,6 +13,8 @@ repeated calls, beside the model-only part (features + predictions on a frame al
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import statistics
 import sys
 import tempfile
@@ -78,9 +80,9 @@ def bench_recommend(n_jobs: int, calls: int) -> dict[str, float]:
         )
     from jobs.commands import train
 
-    train.run(
-        ctx, argparse.Namespace(cluster="demo", json=True, targets=list(TARGETS), rounds=100, quantile=0.9)
-    )
+    args = argparse.Namespace(cluster="demo", json=True, targets=list(TARGETS), rounds=100, quantile=0.9)
+    with contextlib.redirect_stdout(io.StringIO()):  # train's report is not a bench figure
+        train.run(ctx, args)
     recommend(ctx, NEW_SCRIPT, "demo", "u1")  # warm: loads and caches the champions
     full = []
     for _ in range(calls):
