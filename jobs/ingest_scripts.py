@@ -86,9 +86,8 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
         frame = ctx.spark.createDataFrame(
             [tuple(r[n] for n in names) for r in scripts.values()], SILVER_SCRIPTS.schema
         )
-        # Same hash, same text: never updated. (An insert-only MERGE that inserts nothing writes no commit,
-        # so its counts would be read from the previous commit; a never-true update condition avoids that.)
-        counts = merge_into(ctx.spark, ctx.settings, SILVER_SCRIPTS.name, frame, update_when="false")
+        # Same hash, same text: a stored script never changes.
+        counts = merge_into(ctx.spark, ctx.settings, SILVER_SCRIPTS.name, frame, insert_only=True)
         report.add(SILVER_SCRIPTS.name, counts)
         report.inserted, report.unchanged = counts.inserted, counts.unchanged
     if links:

@@ -71,9 +71,17 @@ def ensure_table(spark: SparkSession, settings: Settings, spec: TableSpec) -> De
     )
 
 
-def _last_merge_counts(table: DeltaTable) -> MergeCounts:
-    metrics = table.history(1).select("operation", "operationMetrics").first()
-    if metrics is None or metrics["operation"] != "MERGE":
+def _version(table: DeltaTable) -> int:
+    return int(table.history(1).select("version").first()["version"])
+
+
+def _merge_counts(table: DeltaTable, version_before: int, source: DataFrame) -> MergeCounts:
+    """Counts from the MERGE's own commit. A MERGE that changes nothing may write no commit at all
+    (an insert-only MERGE with every key present): then every source row was unchanged."""
+    metrics = table.history(1).select("version", "operation", "operationMetrics").first()
+    if metrics["version"] == version_before:
+        return MergeCounts(unchanged=source.count())
+    if metrics["operation"] != "MERGE":
         return MergeCounts()
     m = metrics["operationMetrics"] or {}
     inserted = int(m.get("numTargetRowsInserted", 0))
@@ -97,11 +105,12 @@ def merge_into(
     table = ensure_table(spark, settings, spec)
     source = conform(df, spec)
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
+    version_before = _version(table)
     merge = table.alias("t").merge(source.alias("s"), on)
     if not insert_only:
         merge = merge.whenMatchedUpdateAll(condition=update_when)
     merge.whenNotMatchedInsertAll().execute()
-    return _last_merge_counts(table)
+    return _merge_counts(table, version_before, source)
 
 
 def replace_where(spark: SparkSession, settings: Settings, name: str, df: DataFrame, predicate: str) -> None:

@@ -50,3 +50,26 @@ def test_sql_error_is_one_line(jobfit) -> None:
     assert res.code == 2
     assert res.err.startswith("jobfit: error: query failed")
     assert res.err.count("\n") == 1
+
+
+def test_merge_counts_when_nothing_changes(make_ctx) -> None:
+    """An insert-only MERGE whose keys are all present writes no Delta commit; its counts must not be
+    read from the previous commit."""
+    ctx = make_ctx()
+    rows = [
+        Row(
+            cluster="c1",
+            source="sacct",
+            source_file="f.txt",
+            line_no=n,
+            raw="x",
+            reason="r",
+            ingested_at=ctx.now(),
+        )
+        for n in (1, 2)
+    ]
+    frame = ctx.spark.createDataFrame(rows)
+    first = merge_into(ctx.spark, ctx.settings, "quarantine", frame, insert_only=True)
+    again = merge_into(ctx.spark, ctx.settings, "quarantine", frame, insert_only=True)
+    assert (first.inserted, first.unchanged) == (2, 0)
+    assert (again.inserted, again.updated, again.unchanged) == (0, 0, 2)
