@@ -9,6 +9,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from conf import Settings
+from jobs.tables import warehouse_root
 
 _DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -52,7 +53,7 @@ def build_session(settings: Settings) -> SparkSession:
         "spark.driver.memory": spark_settings.driver_memory,
         "spark.sql.shuffle.partitions": str(spark_settings.shuffle_partitions),
         # Only the catalog's own bookkeeping goes here; tables live at their warehouse paths.
-        "spark.sql.warehouse.dir": f"{settings.warehouse.rstrip('/')}/_catalog",
+        "spark.sql.warehouse.dir": f"{warehouse_root(settings)}/_catalog",
         **spark_settings.conf,
     }
     for key, value in conf.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -35,10 +36,16 @@ def spec_for(name: str) -> TableSpec:
     return TABLES[name]
 
 
+def warehouse_root(settings: Settings) -> str:
+    """The warehouse as a URI: `s3a://…`, `file:///…` as given; a plain path made absolute (Delta's
+    path-based table API rejects relative paths such as ./warehouse)."""
+    root = settings.warehouse.rstrip("/")
+    return root if "://" in root or root.startswith("file:") else str(Path(root).resolve())
+
+
 def table_path(settings: Settings, name: str) -> str:
     """Where a table lives under the warehouse URI: <warehouse>/<layer>/<table> (quarantine at the top)."""
-    root = settings.warehouse.rstrip("/")
-    return f"{root}/{name.replace('.', '/')}"
+    return f"{warehouse_root(settings)}/{name.replace('.', '/')}"
 
 
 def table_exists(spark: SparkSession, settings: Settings, name: str) -> bool:

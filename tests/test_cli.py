@@ -73,3 +73,14 @@ def test_merge_counts_when_nothing_changes(make_ctx) -> None:
     again = merge_into(ctx.spark, ctx.settings, "quarantine", frame, insert_only=True)
     assert (first.inserted, first.unchanged) == (2, 0)
     assert (again.inserted, again.updated, again.unchanged) == (0, 0, 2)
+
+
+def test_relative_warehouse_is_made_absolute(tmp_path, monkeypatch) -> None:
+    """The default warehouse is ./warehouse; Delta's path API needs it absolute, URIs stay as given."""
+    from conf import load_settings
+    from jobs.tables import table_path
+
+    monkeypatch.chdir(tmp_path)
+    assert table_path(load_settings({}), "silver.jobs") == f"{tmp_path.resolve()}/warehouse/silver/jobs"
+    s3 = load_settings({"JOBFIT_WAREHOUSE": "s3a://bucket/jf/"})
+    assert table_path(s3, "bronze.sacct") == "s3a://bucket/jf/bronze/sacct"
