@@ -28,7 +28,7 @@ class SparkSettings(_Strict):
     shuffle_partitions: int = Field(4, ge=1)
     jars_dir: str = "./.jars"
     delta_package: str = "io.delta:delta-spark_4.2_2.13:4.4.0"
-    log_level: str = "WARN"
+    log_level: str = "ERROR"
     conf: dict[str, str] = Field(default_factory=dict)
 
 

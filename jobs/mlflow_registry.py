@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import pickle
 import tempfile
 from dataclasses import asdict
@@ -37,6 +39,9 @@ class PredictorModel(mlflow.pyfunc.PythonModel):
 
 def configure(settings: Settings) -> MlflowClient:
     """Point MLflow at the configured tracking (and registry) URI; returns a client for it."""
+    # MLflow's INFO/WARNING chatter and artifact progress bars would bury jobfit's own progress lines.
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
     if settings.mlflow.registry_uri:
         mlflow.set_registry_uri(settings.mlflow.registry_uri)
