@@ -12,6 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from conf import ClusterConfig
+from pipelines.states import FAILED_STATES
 from pipelines.xid import APPLICATION_XIDS, SYSTEM_FAULT_XIDS, XID_CATALOGUE, codes_regex
 
 GIB = 1024**3
@@ -54,16 +55,7 @@ CAUSES: dict[str, Cause] = {
 }
 
 # Final states whose jobs get a diagnosis: the failed ones plus cancelled and preempted.
-DIAGNOSED_STATES = (
-    "FAILED",
-    "TIMEOUT",
-    "OUT_OF_MEMORY",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "CANCELLED",
-)
+DIAGNOSED_STATES = tuple(sorted(FAILED_STATES | {"CANCELLED"}))
 
 
 _IMAGE_PULL = "(?i)ErrImagePull|ImagePullBackOff|InvalidImageName"
