@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from jobs.context import Context
 from jobs.spark import build_session
 
 REPO = Path(__file__).resolve().parents[1]
+# py4j logs "Closing down clientserver connection" from __del__ after pytest has closed its streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
 REAL = Path(os.environ.get("JOBFIT_REAL_DATA", REPO.parent / "shared" / "data" / "real"))
 
 
