@@ -3,7 +3,8 @@ silver.jobs, silver.job_steps and quarantine.
 
 Every line read is accounted for: skipped (header, comment, blank), quarantined (with its reason),
 or a silver row that was inserted, updated, unchanged or superseded by a newer record of the same key
-(see `pipelines.sacct.newer_sql`). The run checks that these add up to the lines read.
+(see `pipelines.sacct.newer_sql`). The run checks that these add up to the lines read. A job whose script
+was ingested first takes its `script_hash` from silver.job_scripts (`pipelines.script_links`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, w
 from jobs.tables import MergeCounts, conform, merge_into, read_table, table_exists
 from jobs.validate import validate
 from pipelines import sacct
-from pipelines.schemas import SILVER_JOB_STEPS, SILVER_JOBS, TableSpec
+from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS, TableSpec
+from pipelines.script_links import with_script_hash
 
 HELP = "sacct --parsable/--parsable2 dumps (with a header line, or given --format) into the job tables"
 SOURCE = "sacct"
@@ -142,6 +144,9 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     checked_steps = validate(steps, SILVER_JOB_STEPS.name, SOURCE)
     # A job's peaks come from its steps that passed validation (a rejected step's values are not trusted).
     jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS.key)[0]
+    if table_exists(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name):  # scripts ingested before the jobs
+        links = read_table(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name)
+        jobs = with_script_hash(jobs, links.where(F.col("cluster") == cluster))
     jobs = jobs.persist(StorageLevel.MEMORY_AND_DISK)
     checked_jobs = validate(jobs, SILVER_JOBS.name, SOURCE)
     # Rows of a key beaten by a newer row of the same key in this batch.

@@ -1,10 +1,11 @@
 """`jobfit ingest scripts PATH... --cluster C`: job scripts into silver.scripts (by content hash) and
-silver.job_scripts (job -> hash).
+silver.job_scripts (job -> hash), and the hash onto the silver.jobs rows the links reach.
 
 A file is either `sacct --batch-script` output (one or more `Batch Script for <job>` blocks) or one script
 named by its job id (`12345.sh`, `12345_7.sbatch`, `12345`). A script whose file name carries no job id is
 stored in silver.scripts without a job link; a job whose script sacct did not store (`NONE`) is
-quarantined."""
+quarantined. Jobs already in silver.jobs get `script_hash` set here (own link, else their array's or het
+job's: `pipelines.script_links`); jobs ingested later take it from silver.job_scripts in `ingest sacct`."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import argparse
 import os
 import re
 
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
 from jobs.context import Context
 from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from jobs.tables import merge_into
-from pipelines.schemas import QUARANTINE, SILVER_JOB_SCRIPTS, SILVER_SCRIPTS
+from jobs.tables import merge_into, read_table, table_exists, table_path
+from pipelines.schemas import QUARANTINE, SILVER_JOB_SCRIPTS, SILVER_JOBS, SILVER_SCRIPTS
+from pipelines.script_links import with_script_hash
 from pipelines.scripts import parse_script, split_batch_script_output
 
 HELP = "job scripts (files named by job id, or sacct --batch-script output) into silver.scripts"
@@ -34,6 +39,39 @@ def job_id_from_name(path: str) -> str | None:
 
 def _header_line(lines: list[str], job_id: str) -> int:
     return next((i for i, line in enumerate(lines, 1) if line.strip() == f"Batch Script for {job_id}"), 1)
+
+
+def link_jobs(ctx: Context, cluster: str) -> int:
+    """Set the cluster's silver.jobs.script_hash from silver.job_scripts where it differs; rows updated.
+
+    Only `script_hash` changes (not `ingested_at`): a script says nothing about a job's usage, so gold's
+    watermarks stay put."""
+    spark, settings = ctx.spark, ctx.settings
+    if not table_exists(spark, settings, SILVER_JOBS.name):
+        return 0
+    jobs = (
+        read_table(spark, settings, SILVER_JOBS.name)
+        .where(F.col("cluster") == cluster)
+        .select("cluster", "job_id", "array_job_id", "het_job_id", "script_hash")
+        .withColumn("_stored_hash", F.col("script_hash"))
+    )
+    links = read_table(spark, settings, SILVER_JOB_SCRIPTS.name).where(F.col("cluster") == cluster)
+    changed = (
+        with_script_hash(jobs, links)
+        .where(~F.col("script_hash").eqNullSafe(F.col("_stored_hash")))
+        .select("cluster", "job_id", "script_hash")
+        .localCheckpoint()  # the MERGE below rewrites the table this frame was read from
+    )
+    n = changed.count()
+    if n:
+        (
+            DeltaTable.forPath(spark, table_path(settings, SILVER_JOBS.name))
+            .alias("t")
+            .merge(changed.alias("s"), "t.cluster = s.cluster AND t.job_id = s.job_id")
+            .whenMatchedUpdate(set={"script_hash": "s.script_hash"})
+            .execute()
+        )
+    return n
 
 
 def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
@@ -104,5 +142,8 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
         )
         report.add(SILVER_JOB_SCRIPTS.name, counts)
         report.updated = counts.updated
+        linked = link_jobs(ctx, args.cluster)
+        ctx.progress(f"scripts: script_hash set on {linked} silver.jobs row(s)")
+        report.tables[SILVER_JOBS.name] = {"script_hash_set": linked}
     report.tables["scripts without a job id"] = {"scripts": unlinked}
     return report

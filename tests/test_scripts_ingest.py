@@ -69,3 +69,73 @@ def test_cli_ingest_scripts(jobfit, tmp_path: Path) -> None:
     assert q == [{"line_no": 7, "reason": "no script text for job 104 (sacct stored NONE)"}]
     again = json.loads(jobfit("ingest", "scripts", str(tmp_path), "--cluster", "demo", "--json").out)
     assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, 3)
+
+
+# Real sacct lines (reportseff's Princeton fixtures) in the column order the file's header documents.
+REAL_SACCT_FORMAT = (
+    "AdminComment|AllocCPUS|Elapsed|JobID|JobIDRaw|MaxRSS|NNodes|ReqMem|State|Timelimit|TotalCPU"
+)
+REAL_GROUPS = ("single_core", "multi_node", "single_gpu", "short_job")
+
+
+def _real_sacct_dump(real_data: Path) -> str:
+    """A header and the lines of 4 real fixtures: array task 39889258_1426, jobs 8205048, 8197399, 8205464."""
+    lines = [REAL_SACCT_FORMAT]
+    for line in (real_data / "sacct" / "reportseff_tests_sacct_lines.txt").read_text().splitlines():
+        prefix, _, raw = line.partition("\t")
+        if prefix.split(":")[:2] in [["conftest.py", g] for g in REAL_GROUPS]:
+            lines.append(raw)
+    return "\n".join(lines) + "\n"
+
+
+def _real_scripts(real_data: Path, n: int) -> list[str]:
+    """`n` job scripts built from real #SBATCH directive sets (distinct texts), with a one-line body."""
+    texts: list[str] = []
+    for line in (real_data / "scripts" / "sbatch_directives_academic.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        text = "\n".join([rec["shebang"], *rec["sbatch_directives"], "srun hostname"]) + "\n"
+        if text not in texts:
+            texts.append(text)
+        if len(texts) == n:
+            return texts
+    raise AssertionError("not enough real directive sets")
+
+
+def test_script_hash_reaches_silver_jobs_in_either_order(jobfit, tmp_path: Path, real_data: Path) -> None:
+    dump = tmp_path / "sacct" / "dump.txt"
+    dump.parent.mkdir()
+    dump.write_text(_real_sacct_dump(real_data))
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    array, multi_node, gpu = _real_scripts(real_data, 3)
+    # 39889258.sh is the array's script: task 39889258_1426 runs it. 8205464 has no script.
+    for name, text in (("39889258.sh", array), ("8205048.sh", multi_node), ("8197399.sh", gpu)):
+        (folder / name).write_text(text)
+
+    def ingest(source: str, path: Path, cluster: str) -> dict:
+        res = jobfit("ingest", source, str(path), "--cluster", cluster, "--json")
+        assert res.code == 0, res.err
+        return json.loads(res.out)
+
+    # Cluster "first": scripts before jobs. Cluster "later": jobs before scripts.
+    early = ingest("scripts", folder, "first")
+    assert early["tables"]["silver.jobs"] == {"script_hash_set": 0}  # no jobs yet
+    assert ingest("sacct", dump, "first")["inserted"] == 4 + 10  # 14 lines: 4 jobs, 10 steps
+    assert ingest("sacct", dump, "later")["inserted"] == 14
+    late = ingest("scripts", folder, "later")
+    assert late["tables"]["silver.jobs"] == {"script_hash_set": 3}
+    # The same dump again: the stored rows keep their hash, nothing counts as changed.
+    again = ingest("sacct", dump, "later")
+    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, 14)
+
+    rows = json.loads(
+        jobfit("sql", "SELECT cluster, job_id, script_hash FROM silver.jobs ORDER BY 1, 2", "--json").out
+    )["rows"]
+    want = {
+        "39889258_1426": script_hash(array),
+        "8197399": script_hash(gpu),
+        "8205048": script_hash(multi_node),
+        "8205464": None,
+    }
+    for cluster in ("first", "later"):
+        assert {r["job_id"]: r["script_hash"] for r in rows if r["cluster"] == cluster} == want, cluster
