@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from jobs.ingest_scripts import job_id_from_name
+from pipelines.script_links import with_script_hash
 from pipelines.scripts import script_hash
 
 SCRIPT = (
@@ -139,3 +140,30 @@ def test_script_hash_reaches_silver_jobs_in_either_order(jobfit, tmp_path: Path,
     }
     for cluster in ("first", "later"):
         assert {r["job_id"]: r["script_hash"] for r in rows if r["cluster"] == cluster} == want, cluster
+
+
+def test_links_by_own_id_then_array_then_het_job(spark) -> None:
+    jobs = spark.createDataFrame(
+        [
+            ("c", "7_1", "7", None, None),  # array task: the array's script
+            ("c", "7_2", "7", None, None),  # its own script beats the array's
+            ("c", "9+0", None, "9", None),  # het component: the het job's script
+            ("c", "11", None, None, "kept"),  # no link: keeps its hash
+            ("d", "7_1", "7", None, None),  # another cluster's job 7 is another job
+        ],
+        "cluster string, job_id string, array_job_id string, het_job_id string, script_hash string",
+    )
+    links = spark.createDataFrame(
+        [("c", "7", "A"), ("c", "7_2", "B"), ("c", "9", "H")],
+        "cluster string, job_id string, script_hash string",
+    )
+    out = with_script_hash(jobs, links)
+    assert out.columns == jobs.columns
+    got = {(r["cluster"], r["job_id"]): r["script_hash"] for r in out.collect()}
+    assert got == {
+        ("c", "7_1"): "A",
+        ("c", "7_2"): "B",
+        ("c", "9+0"): "H",
+        ("c", "11"): "kept",
+        ("d", "7_1"): None,
+    }
