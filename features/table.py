@@ -19,7 +19,8 @@ UNUSABLE_STATES = frozenset(
 @dataclass(frozen=True)
 class TargetSpec:
     """A predicted quantity: its column in the table, the request it is compared with, the weight that
-    turns (request - recommendation) into resource-time, and the smallest meaningful value."""
+    turns (request - recommendation) into resource-time, the smallest meaningful value, and the step a
+    recommendation is rounded up to (0: not rounded), in the target's unit."""
 
     name: str
     actual: str
@@ -27,16 +28,18 @@ class TargetSpec:
     weight: str
     unit: str
     floor: float
+    step: float = 0.0
 
 
 TARGETS: dict[str, TargetSpec] = {
     # Memory and VRAM waste is GiB-seconds: (requested - recommended) x elapsed.
-    "mem": TargetSpec("mem", "mem_peak_bytes", "mem_req_bytes", "elapsed_s", "bytes", 2.0**20),
+    # Memory is recommended in steps of 256 MiB (`--mem=1280M`); VRAM picks a GPU or MIG slice later.
+    "mem": TargetSpec("mem", "mem_peak_bytes", "mem_req_bytes", "elapsed_s", "bytes", 2.0**20, 2.0**28),
     "vram": TargetSpec("vram", "vram_peak_bytes", "vram_req_bytes", "elapsed_s", "bytes", 2.0**20),
-    # CPUs actually used = total CPU time / elapsed; waste in core-seconds.
-    "cpus": TargetSpec("cpus", "cpus_used", "cpus_req", "elapsed_s", "cpus", 0.01),
-    # Runtime waste is reserved core-seconds: (time limit - recommended) x allocated CPUs.
-    "runtime": TargetSpec("runtime", "runtime_s", "runtime_req_s", "cpus_alloc", "s", 1.0),
+    # CPUs actually used = total CPU time / elapsed; waste in core-seconds. Whole CPUs are recommended.
+    "cpus": TargetSpec("cpus", "cpus_used", "cpus_req", "elapsed_s", "cpus", 0.01, 1.0),
+    # Runtime waste is reserved core-seconds: (time limit - recommended) x allocated CPUs; whole minutes.
+    "runtime": TargetSpec("runtime", "runtime_s", "runtime_req_s", "cpus_alloc", "s", 1.0, 60.0),
 }
 
 # A censored job (OOM, TIMEOUT, saturated CPUs) needed at least its limit; to count as "met" a
@@ -200,3 +203,12 @@ def build_training_table(
     df = with_request_features(with_script_features(df, scripts))
     df = history_features(df, df)
     return df.sort_values(["submit_ts", "job_id"], kind="mergesort").reset_index(drop=True)
+
+
+def history_snapshot_columns() -> list[str]:
+    """The columns of a training table that `history_features` needs as `history` (user, script key, end
+    time, each target's actual and request): what a recommendation reads instead of silver.jobs."""
+    cols = ["user", "script_key", "end_ts"]
+    for spec in TARGETS.values():
+        cols += [spec.actual, spec.request]
+    return cols

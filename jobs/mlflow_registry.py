@@ -139,3 +139,55 @@ def log_target(
         "promoted": promoted,
         "why": why,
     }
+
+
+HISTORY_ARTIFACT = "history.parquet"
+HISTORY_TAG = "jobfit_kind"
+# A downloaded history snapshot per (tracking URI, run id): snapshots never change once logged.
+_HISTORY_CACHE: dict[tuple[str, str], pd.DataFrame] = {}
+
+
+def log_history_snapshot(cluster: str, history: pd.DataFrame, taken_at: str) -> str:
+    """Log the cluster's finished jobs as `jobfit recommend` reads them (user, script key, end time,
+    targets) as a Parquet artifact of a `<cluster>-history` run; returns the run id."""
+    mlflow.set_experiment(f"jobfit-{cluster}")
+    newest = str(history["end_ts"].max()) if len(history) else None
+    with mlflow.start_run(run_name=f"{cluster}-history", tags={HISTORY_TAG: "history"}) as run:
+        mlflow.log_params({"rows": len(history), "newest_end_ts": newest, "taken_at": taken_at})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / HISTORY_ARTIFACT
+            history.to_parquet(path, index=False)
+            mlflow.log_artifact(str(path))
+    return run.info.run_id
+
+
+def load_history_snapshot(
+    client: MlflowClient, cluster: str
+) -> tuple[pd.DataFrame, dict[str, object]] | None:
+    """The newest history snapshot of a cluster and where it came from (run id, when it was taken, its
+    newest job end), or None when `jobfit train` never logged one."""
+    experiment = client.get_experiment_by_name(f"jobfit-{cluster}")
+    if experiment is None:
+        return None
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.{HISTORY_TAG} = 'history'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    if not runs:
+        return None
+    run = runs[0]
+    key = (client.tracking_uri, run.info.run_id)
+    if key not in _HISTORY_CACHE:
+        path = mlflow.artifacts.download_artifacts(
+            run_id=run.info.run_id, artifact_path=HISTORY_ARTIFACT, tracking_uri=client.tracking_uri
+        )
+        _HISTORY_CACHE[key] = pd.read_parquet(path)
+    info = {
+        "source": "snapshot",
+        "run_id": run.info.run_id,
+        "taken_at": run.data.params.get("taken_at"),
+        "newest_end_ts": run.data.params.get("newest_end_ts"),
+    }
+    return _HISTORY_CACHE[key], info

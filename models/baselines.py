@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from features.table import TargetSpec
-from models.calibrate import cap_at_request, capped_offset, short_at_request
+from features.table import TARGETS, TargetSpec
+from models.calibrate import cap_at_request, capped_offset, round_up, short_at_request
 
 # name -> (history column suffix per group, fixed log-margin or None when tuned on the calibration slice).
 # VPA/KRR: p90 + 15 % margin (kubernetes/autoscaler DefaultRecommenderConfig); Tsafrir et al. 2007: mean
@@ -42,11 +42,12 @@ class Baseline:
         return value.to_numpy(dtype="float64")
 
     def predict(self, table: pd.DataFrame, request_col: str) -> np.ndarray:
-        """Recommendation per row: history x exp(margin) capped at the request, else the request, else
-        the default."""
+        """Recommendation per row: history x exp(margin) rounded up to the target's step (as the model's)
+        and capped at the request, else the request, else the default."""
         request = table[request_col].to_numpy(dtype="float64")
         fallback = np.where(np.isfinite(request), request, self.default)
-        history = cap_at_request(self.history_value(table) * np.exp(self.margin_log), request)
+        shifted = round_up(self.history_value(table) * np.exp(self.margin_log), TARGETS[self.target].step)
+        history = cap_at_request(shifted, request)
         return np.where(np.isfinite(history), history, fallback)
 
     @property
@@ -54,20 +55,31 @@ class Baseline:
         return float((np.exp(self.margin_log) - 1) * 100)
 
 
-def fit_baselines(train: pd.DataFrame, cal: pd.DataFrame, spec: TargetSpec, rate: float) -> list[Baseline]:
-    """Every baseline of BASELINES for one target; tuned margins from the calibration slice."""
+def fit_baselines(
+    train: pd.DataFrame,
+    cal: pd.DataFrame,
+    spec: TargetSpec,
+    rate: float,
+    confidence: float | None = None,
+) -> list[Baseline]:
+    """Every baseline of BASELINES for one target; tuned margins from the calibration slice, by the same
+    conformal rule (and `confidence`) as the model's."""
     required_train = train[f"{spec.name}_required"].dropna()
     default = float(required_train.quantile(1 - rate)) if len(required_train) else spec.floor
     fitted = []
     for name, (columns, margin) in BASELINES.items():
         base = Baseline(name, spec.name, columns, margin or 0.0, default)
         if margin is None:
-            base = Baseline(name, spec.name, columns, _tuned_margin(base, cal, spec, rate), default)
+            base = Baseline(
+                name, spec.name, columns, _tuned_margin(base, cal, spec, rate, confidence), default
+            )
         fitted.append(base)
     return fitted
 
 
-def _tuned_margin(base: Baseline, cal: pd.DataFrame, spec: TargetSpec, rate: float) -> float:
+def _tuned_margin(
+    base: Baseline, cal: pd.DataFrame, spec: TargetSpec, rate: float, confidence: float | None
+) -> float:
     """The log-margin on history estimates that meets the rate on the calibration slice (over jobs whose
     request sufficed), counting the jobs that fall back to their request (or the default) as fixed."""
     history = base.history_value(cal)
@@ -79,5 +91,12 @@ def _tuned_margin(base: Baseline, cal: pd.DataFrame, spec: TargetSpec, rate: flo
     fixed_failures = int(((fallback < required) & ~has_history & counted).sum())
     n_total = int((counted & ~has_history).sum()) + int(has_history.sum())
     return capped_offset(
-        required[has_history], history[has_history], request[has_history], rate, fixed_failures, n_total
+        required[has_history],
+        history[has_history],
+        request[has_history],
+        rate,
+        fixed_failures,
+        n_total,
+        step=spec.step,
+        confidence=confidence,
     )

@@ -5,23 +5,50 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import beta
+
+
+def failure_budget(n: int, rate: float, confidence: float | None = None) -> int:
+    """How many of n calibration jobs the shift may leave short; -1 when no shift carries the guarantee
+    (too few jobs: recommend the request).
+
+    Without `confidence`: n - ceil((n + 1)(1 - rate)), the split-conformal quantile, so the later
+    under-provision rate is <= rate in expectation over the calibration draw (-1 below n = 1/rate - 1,
+    e.g. 49 jobs at 2 %). With `confidence` (e.g. 0.9): the largest k whose later rate, distributed
+    Beta(k + 1, n - k) over calibration draws (Vovk 2012), stays <= rate with that probability; -1 below
+    n = log(1 - confidence) / log(1 - rate) (114 jobs at 2 % and 0.9)."""
+    if n <= 0:
+        return -1
+    marginal = n - math.ceil((n + 1) * (1 - rate))
+    if confidence is None or marginal < 0:
+        return marginal
+    ks = np.arange(0, marginal + 1)
+    ok = ks[beta.ppf(confidence, ks + 1, n - ks) <= rate]
+    return int(ok.max()) if len(ok) else -1
 
 
 def conformal_offset(
-    scores: np.ndarray, rate: float, fixed_failures: int = 0, n_total: int | None = None
+    scores: np.ndarray,
+    rate: float,
+    fixed_failures: int = 0,
+    n_total: int | None = None,
+    confidence: float | None = None,
 ) -> float:
-    """The smallest log-shift c such that at most the conformal budget of calibration jobs has score > c.
+    """The smallest log-shift c such that at most the failure budget of calibration jobs has score > c.
 
     `scores` = log(required) - log(prediction) of the jobs whose prediction the shift applies to; other
     jobs of the slice (`n_total` in all) keep fixed predictions, of which `fixed_failures` fall short.
-    Budget: n_total - ceil((n_total + 1) * (1 - rate)) failures (the split-conformal quantile), so the
-    held-out under-provision rate is <= `rate` in expectation. When fixed failures already exceed the
-    budget, the shift removes every adjustable failure (the rate then is what the fixed jobs give)."""
+    The budget is `failure_budget(n_total, rate, confidence)`. Returns +inf when the slice is too small
+    for any budget (recommend the request). When fixed failures alone exceed the budget, the shift
+    removes every adjustable failure (the rate then is what the fixed jobs give)."""
     scores = np.sort(np.asarray(scores, dtype="float64"))
     n_total = len(scores) if n_total is None else n_total
     if len(scores) == 0:
         return 0.0
-    budget = n_total - math.ceil((n_total + 1) * (1 - rate)) - fixed_failures
+    budget = failure_budget(n_total, rate, confidence)
+    if budget < 0:
+        return math.inf
+    budget -= fixed_failures
     if budget < 0:
         return float(scores[-1])
     if budget >= len(scores):
@@ -29,9 +56,30 @@ def conformal_offset(
     return float(scores[len(scores) - 1 - budget])
 
 
+def round_up(values: np.ndarray, step: float) -> np.ndarray:
+    """Values rounded up to a whole number of `step` (whole CPUs, 256 MiB, minutes); unchanged if step 0."""
+    values = np.asarray(values, dtype="float64")
+    if step <= 0:
+        return values
+    # A value a hair above a whole step (exp(log(x)) round-off) stays on that step.
+    return np.ceil(values / step - 1e-9) * step
+
+
+def rounding_threshold(required: np.ndarray, step: float) -> np.ndarray:
+    """The value a prediction must exceed so that, rounded up to `step`, it covers `required`: a job
+    needing 3.2 CPUs is met by any prediction above 3 (it rounds to 4). With step 0, `required` itself."""
+    required = np.asarray(required, dtype="float64")
+    if step <= 0:
+        return required
+    # round_up(x) >= k steps  <=>  x / step - 1e-9 > k - 1; 2e-9 keeps x = threshold itself on the safe side.
+    steps = np.ceil(required / step - 1e-9)
+    return (np.maximum(steps, 1) - 1 + 2e-9) * step
+
+
 def shortfall_scores(required: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-    """log(required) - log(predicted): positive where the prediction falls short."""
-    return np.log(np.asarray(required, dtype="float64")) - np.log(np.asarray(predicted, dtype="float64"))
+    """log(required) - log(predicted): positive where the prediction falls short (-inf: always met)."""
+    with np.errstate(divide="ignore"):
+        return np.log(np.asarray(required, dtype="float64")) - np.log(np.asarray(predicted, dtype="float64"))
 
 
 def max_expected_rate(rate: float, n: int, sigmas: float = 2.0) -> float:
@@ -54,17 +102,22 @@ def capped_offset(
     rate: float,
     fixed_failures: int = 0,
     n_total: int | None = None,
+    step: float = 0.0,
+    confidence: float | None = None,
 ) -> float:
-    """Conformal log-shift for recommendations min(predicted x e^c, request), with the rate counted over
-    jobs whose request sufficed. A job that needed more than it requested (censored OOM/TIMEOUT) is short
-    under any capped recommendation, the request included: it is left out of the budget and the scores.
-    `fixed_failures` / `n_total` describe other jobs of the slice whose prediction the shift does not move."""
+    """Conformal log-shift for recommendations min(round_up(predicted x e^c, step), request), with the
+    rate counted over jobs whose request sufficed. A job that needed more than it requested (censored
+    OOM/TIMEOUT) is short under any capped recommendation, the request included: it is left out of the
+    budget and the scores. `fixed_failures` / `n_total` describe other jobs of the slice whose
+    prediction the shift does not move; `confidence` as in `failure_budget`. +inf when the slice is too
+    small for any budget."""
     required = np.asarray(required, dtype="float64")
     request = np.asarray(request, dtype="float64")
     short = short_at_request(required, request)
-    scores = shortfall_scores(required[~short], np.asarray(predicted, dtype="float64")[~short])
+    threshold = rounding_threshold(required[~short], step)
+    scores = shortfall_scores(threshold, np.asarray(predicted, dtype="float64")[~short])
     n_total = (len(required) if n_total is None else n_total) - int(short.sum())
-    return conformal_offset(scores, rate, fixed_failures=fixed_failures, n_total=n_total)
+    return conformal_offset(scores, rate, fixed_failures, n_total, confidence)
 
 
 def short_at_request(required: np.ndarray, request: np.ndarray) -> np.ndarray:

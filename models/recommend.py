@@ -18,10 +18,9 @@ _MIG_RE = re.compile(r"(\d+)g\.(\d+)gb$")
 
 
 def format_mem(bytes_: float) -> str:
-    """Slurm --mem value rounded up: whole GiB as `NG` from 1 GiB, else `NM` (MiB)."""
-    if bytes_ >= GIB:
-        return f"{math.ceil(bytes_ / GIB)}G"
-    return f"{max(math.ceil(bytes_ / MIB), 1)}M"
+    """Slurm --mem value rounded up to whole MiB: `NG` when that is whole GiB, else `NM` (`1280M`)."""
+    mib = max(math.ceil(bytes_ / MIB - 1e-9), 1)
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
 
 
 def format_time(seconds: float) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import lightgbm as lgb
@@ -11,7 +12,7 @@ import pandas as pd
 from features.scripts import TextEmbedder, fit_text_embedder
 from features.table import TARGETS, TargetSpec, base_feature_columns
 from models.baselines import Baseline, fit_baselines
-from models.calibrate import cap_at_request, capped_offset
+from models.calibrate import cap_at_request, capped_offset, round_up
 from models.metrics import evaluate_predictions
 
 # A target is trained only with at least this many jobs that measured it (train + calibration + test).
@@ -35,6 +36,14 @@ class TrainParams:
     num_threads: int = 1
     max_bin: int = 63
     seed: int = 0
+    # Weight training rows by the metric's resource weight (elapsed, allocated CPUs) when True.
+    weighted: bool = False
+    # Calibration holds with this probability over the calibration slice (models.calibrate.failure_budget);
+    # None: only in expectation, which a small slice with bursts of one user's jobs broke on the demo month.
+    confidence: float | None = 0.9
+    # Mondrian calibration: the column whose value (cut at `group_edges`) picks a job's calibration group.
+    group_col: str | None = None
+    group_edges: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,8 @@ def time_split(table: pd.DataFrame, train_frac: float, cal_frac: float) -> Split
 
 @dataclass
 class Predictor:
-    """One cluster's model for one target: embedding, booster, conformal log-offset; predicts in the
-    target's unit (bytes, CPUs, seconds)."""
+    """One cluster's model for one target: embedding, booster, conformal log-offsets (one per calibration
+    group, +inf where a group was too small to calibrate); predicts in the target's unit (bytes, CPUs, s)."""
 
     target: str
     booster: lgb.Booster
@@ -78,6 +87,19 @@ class Predictor:
     rate: float
     floor: float
     params: TrainParams = field(default_factory=TrainParams)
+    # Mondrian calibration: jobs are grouped by `group_col` cut at `group_edges` (np.digitize), and each
+    # group has its own offset; a group absent from `offsets` falls back to the request.
+    group_col: str | None = None
+    group_edges: tuple[float, ...] = ()
+    offsets: dict[int, float] = field(default_factory=dict)
+    # Recommendation for a job without a request whose group could not be calibrated (target unit).
+    fallback: float = math.inf
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Predictors pickled before groups and rounding existed: one global offset, no groups.
+        defaults = {"group_col": None, "group_edges": (), "fallback": math.inf}
+        self.__dict__.update({**defaults, **state})
+        self.__dict__.setdefault("offsets", {0: state["offset_log"]})
 
     @property
     def features(self) -> list[str]:
@@ -93,19 +115,50 @@ class Predictor:
         return pd.concat([frame, emb], axis=1)
 
     def predict_raw(self, table: pd.DataFrame) -> np.ndarray:
-        """The quantile model's estimate before calibration."""
+        """The quantile model's estimate before calibration, at least the target's floor."""
         if len(table) == 0:
             return np.zeros(0)
-        return np.exp(self.booster.predict(self.design(table), num_threads=self.params.num_threads))
+        raw = np.exp(self.booster.predict(self.design(table), num_threads=self.params.num_threads))
+        return np.maximum(raw, self.floor)
+
+    def groups(self, table: pd.DataFrame) -> np.ndarray:
+        """The calibration group of each row (0 for all when calibration is not grouped)."""
+        if self.group_col is None:
+            return np.zeros(len(table), dtype="int64")
+        return calibration_groups(table[self.group_col].to_numpy(dtype="float64"), self.group_edges)
+
+    def row_offsets(self, table: pd.DataFrame) -> np.ndarray:
+        """Each row's conformal log-offset (+inf: its group holds no calibration quantile)."""
+        groups = self.groups(table)
+        return np.array([self.offsets.get(int(g), math.inf) for g in groups], dtype="float64")
 
     def predict(self, table: pd.DataFrame) -> np.ndarray:
-        """The calibrated recommendation: raw x exp(offset), at least the target's floor, at most the
-        job's own request where it states one (the calibration assumed that cap)."""
-        shifted = np.maximum(self.predict_raw(table) * np.exp(self.offset_log), self.floor)
-        request = TARGETS[self.target].request
-        if request not in table:
-            return shifted
-        return cap_at_request(shifted, table[request].to_numpy(dtype="float64"))
+        """The calibrated recommendation: raw x exp(offset of the row's group), rounded up to the target's
+        step (whole CPUs, 256 MiB, minutes), at most the job's own request where it states one (the
+        calibration assumed both). Where the group had too few calibration jobs: the request (or,
+        without one, the fallback)."""
+        spec = TARGETS[self.target]
+        offsets = self.row_offsets(table)
+        raw = self.predict_raw(table)
+        request = (
+            table[spec.request].to_numpy(dtype="float64")
+            if spec.request in table
+            else np.full(len(table), np.nan)
+        )
+        no_quantile = ~np.isfinite(offsets)
+        shifted = raw * np.exp(np.where(no_quantile, 0.0, offsets))
+        shifted = np.where(no_quantile, np.where(np.isfinite(request), request, self.fallback), shifted)
+        return cap_at_request(round_up(shifted, spec.step), request)
+
+    @property
+    def margin_pct(self) -> float:
+        """The pooled calibration margin in % over the raw estimate (+inf: no quantile, the request)."""
+        return float((math.exp(self.offset_log) - 1) * 100) if math.isfinite(self.offset_log) else math.inf
+
+
+def calibration_groups(values: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
+    """Group index per value: the number of edges at or below it (np.digitize); NaN counts as 0."""
+    return np.digitize(np.nan_to_num(values, nan=0.0), np.asarray(edges, dtype="float64")).astype("int64")
 
 
 @dataclass
@@ -138,6 +191,11 @@ def _fit_booster(
     )  # type: ignore[arg-type]
     design = shell.design(train)
     label = np.log(train[spec.actual].to_numpy(dtype="float64"))
+    weight = None
+    if params.weighted:
+        # Rows count by the resource-time their waste is measured in; normalised to mean 1.
+        raw_weight = np.nan_to_num(train[spec.weight].to_numpy(dtype="float64"), nan=1.0).clip(1e-6)
+        weight = raw_weight / raw_weight.mean()
     booster = lgb.train(
         {
             "objective": "quantile",
@@ -151,10 +209,46 @@ def _fit_booster(
             "deterministic": True,
             "verbosity": -1,
         },
-        lgb.Dataset(design, label=label, categorical_feature=categorical, free_raw_data=True),
+        lgb.Dataset(design, label=label, weight=weight, categorical_feature=categorical, free_raw_data=True),
         num_boost_round=params.num_boost_round,
     )
     return booster, embedder, numeric, categorical, categories
+
+
+def calibrate(
+    predictor: Predictor, cal: pd.DataFrame, spec: TargetSpec, rate: float, confidence: float | None
+) -> None:
+    """Set the predictor's conformal offsets from the calibration slice: one pooled, one per group (the
+    rounding to the target's step and the cap at the request are part of what is calibrated)."""
+    required = cal[f"{spec.name}_required"].to_numpy(dtype="float64")
+    raw = predictor.predict_raw(cal)
+    request = cal[spec.request].to_numpy(dtype="float64")
+    predictor.offset_log = capped_offset(required, raw, request, rate, step=spec.step, confidence=confidence)
+    groups = predictor.groups(cal)
+    predictor.offsets = {}
+    for group in np.unique(groups):
+        mask = groups == group
+        predictor.offsets[int(group)] = capped_offset(
+            required[mask], raw[mask], request[mask], rate, step=spec.step, confidence=confidence
+        )
+    need = required[np.isfinite(required)]
+    predictor.fallback = float(need.max()) if len(need) else math.inf
+
+
+def _measure(
+    predictor: Predictor, baselines: list[Baseline], test: pd.DataFrame, spec: TargetSpec
+) -> dict[str, dict[str, object]]:
+    metrics = {"model": evaluate_predictions(test, spec, predictor.predict(test))}
+    metrics["model"]["margin_pct"] = _finite_or_none(predictor.margin_pct)
+    for base in baselines:
+        metrics[base.name] = evaluate_predictions(test, spec, base.predict(test, spec.request))
+        metrics[base.name]["margin_pct"] = _finite_or_none(base.margin_pct)
+    return metrics
+
+
+def _finite_or_none(value: float) -> float | None:
+    # An infinite margin means "the request" (no conformal quantile); JSON has no infinity.
+    return value if math.isfinite(value) else None
 
 
 def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rate: float) -> TargetResult:
@@ -172,18 +266,11 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
     predictor = Predictor(
         spec.name, booster, embedder, numeric, categorical, categories, 0.0, rate, spec.floor, params
     )
-    predictor.offset_log = capped_offset(
-        split.cal[f"{spec.name}_required"].to_numpy(),
-        np.maximum(predictor.predict_raw(split.cal), spec.floor),
-        split.cal[spec.request].to_numpy(dtype="float64"),
-        rate,
-    )
-    baselines = fit_baselines(split.train, split.cal, spec, rate)
-    metrics = {"model": evaluate_predictions(split.test, spec, predictor.predict(split.test))}
-    for base in baselines:
-        metrics[base.name] = evaluate_predictions(split.test, spec, base.predict(split.test, spec.request))
-        metrics[base.name]["margin_pct"] = base.margin_pct
-    metrics["model"]["margin_pct"] = float((np.exp(predictor.offset_log) - 1) * 100)
+    if params.group_col:
+        predictor.group_col, predictor.group_edges = params.group_col, params.group_edges
+    calibrate(predictor, split.cal, spec, rate, params.confidence)
+    baselines = fit_baselines(split.train, split.cal, spec, rate, params.confidence)
+    metrics = _measure(predictor, baselines, split.test, spec)
     counts = {"train": len(split.train), "cal": len(split.cal), "test": len(split.test)}
     return TargetResult(predictor, baselines, metrics, counts, split.test_start)
 
@@ -195,11 +282,7 @@ def evaluate_target(
     spec = TARGETS[predictor.target]
     rows = target_rows(table, spec)
     split = time_split(rows, params.train_frac, params.cal_frac)
-    baselines = fit_baselines(split.train, split.cal, spec, rate)
-    metrics = {"model": evaluate_predictions(split.test, spec, predictor.predict(split.test))}
-    metrics["model"]["margin_pct"] = float((np.exp(predictor.offset_log) - 1) * 100)
-    for base in baselines:
-        metrics[base.name] = evaluate_predictions(split.test, spec, base.predict(split.test, spec.request))
-        metrics[base.name]["margin_pct"] = base.margin_pct
+    baselines = fit_baselines(split.train, split.cal, spec, rate, getattr(params, "confidence", None))
+    metrics = _measure(predictor, baselines, split.test, spec)
     counts = {"train": len(split.train), "cal": len(split.cal), "test": len(split.test)}
     return TargetResult(predictor, baselines, metrics, counts, split.test_start)

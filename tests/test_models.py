@@ -10,7 +10,14 @@ import pytest
 
 from features.table import TARGETS, build_training_table
 from models.baselines import Baseline
-from models.calibrate import conformal_offset, max_expected_rate
+from models.calibrate import (
+    capped_offset,
+    conformal_offset,
+    failure_budget,
+    max_expected_rate,
+    round_up,
+    rounding_threshold,
+)
 from models.metrics import beats, compare_to_baselines, evaluate_predictions
 from models.train import TrainParams, time_split, train_target
 from tests.predict_data import GIB, synthetic_cluster
@@ -35,8 +42,52 @@ def test_conformal_offset_by_hand() -> None:
     assert max_expected_rate(0.02, 2500) == pytest.approx(0.02 + 2 * math.sqrt(0.02 * 0.98 / 2500))
 
 
+def test_failure_budget_and_small_slices_by_hand() -> None:
+    # Marginal split conformal: n - ceil((n + 1)(1 - a)). n = 143 at 2 %: 143 - ceil(141.12) = 1 failure;
+    # n = 48: ceil(48.02) = 49 > 48, so no quantile exists; n = 49: budget 0.
+    assert (failure_budget(143, 0.02), failure_budget(48, 0.02), failure_budget(49, 0.02)) == (1, -1, 0)
+    # With confidence 0.9, budget 0 needs the Beta(1, n) 90 % point, 1 - 0.1^(1/n), <= 2 %:
+    # n = 113 gives 2.017 %, n = 114 gives 1.999 %.
+    assert (failure_budget(113, 0.02, 0.9), failure_budget(114, 0.02, 0.9)) == (-1, 0)
+    # Beta(2, 142) has its 90 % point near 2.7 % > 2 %: the 143-job slice allows no failure at 0.9.
+    assert failure_budget(143, 0.02, 0.9) == 0
+    scores = np.linspace(-1, 1, 40)
+    assert conformal_offset(scores, 0.02) == math.inf  # 40 jobs cannot calibrate 2 %: the request
+    assert conformal_offset(np.linspace(-1, 1, 114), 0.02, confidence=0.9) == 1.0  # cover them all
+
+
+def test_rounding_is_calibrated() -> None:
+    # Whole CPUs: a need of 3.2 is met by any estimate above 3 (it rounds up to 4), a need of 0.5 by
+    # any positive estimate (1 CPU); 256 MiB steps: 1.1 GiB needs 5 steps, so anything above 1 GiB.
+    assert rounding_threshold(np.array([3.2, 4.0, 0.5]), 1.0) == pytest.approx([3.0, 3.0, 0.0], abs=1e-6)
+    assert rounding_threshold(np.array([1.1 * GIB]), GIB / 4)[0] == pytest.approx(GIB)
+    assert round_up(np.array([3.01, 3.0, 0.2]), 1.0).tolist() == [4.0, 3.0, 1.0]
+    # Needs 3.2, 2.5, 1.5 CPUs, estimates 3.1, 1.9, 1.2, requests 8: with rounding no shift is needed
+    # (4, 2 -> short, 2): the smallest c covering all is log(2.0 / 1.9) for the second job.
+    required, raw, request = np.array([3.2, 2.5, 1.5]), np.array([3.1, 1.9, 1.2]), np.full(3, 8.0)
+    offset = capped_offset(required, raw, request, 0.25, step=1.0)  # budget 3 - ceil(4 x 0.75) = 0
+    assert offset == pytest.approx(math.log(2.0 / 1.9), rel=1e-6)
+    assert round_up(raw * math.exp(offset), 1.0).tolist() == [4.0, 3.0, 2.0]
+    # Unrounded, the second job alone would need log(2.5 / 1.9).
+    assert capped_offset(required, raw, request, 0.25, step=0.0) == pytest.approx(math.log(2.5 / 1.9))
+
+
+def test_too_few_calibration_jobs_recommend_the_request(table: pd.DataFrame) -> None:
+    # 300 jobs: about 60 in the calibration slice, under the 114 a 2 % rate at 0.9 confidence needs.
+    params = TrainParams(num_boost_round=5, embedding_dims=2)
+    result = train_target(table.head(300), TARGETS["mem"], params, 0.02)
+    assert result.predictor.offset_log == math.inf and result.metrics["model"]["margin_pct"] is None
+    test = table.head(300)[table.head(300)["submit_ts"] >= result.test_start]
+    assert result.predictor.predict(test).tolist() == test["mem_req_bytes"].astype(float).tolist()
+    assert result.metrics["model"]["reclaimed_h"] == 0.0
+
+
 def test_calibration_holds_on_later_data(table: pd.DataFrame) -> None:
     params = TrainParams(num_boost_round=30, embedding_dims=4)
+    cpus = train_target(table, TARGETS["cpus"], params, RATE)
+    recommended = cpus.predictor.predict(table.tail(200))
+    assert (recommended == np.round(recommended)).all() and recommended.min() >= 1  # whole CPUs
+    assert cpus.metrics["model"]["under_rate"] <= max_expected_rate(RATE, int(cpus.metrics["model"]["n"]))
     for name in ("mem", "runtime"):
         result = train_target(table, TARGETS[name], params, RATE)
         model = result.metrics["model"]

@@ -102,6 +102,17 @@ def test_train_evaluate_recommend_round_trip(
     assert any(f.startswith("--gres=gpu:") for f in answer["flags"])
     assert answer["targets"]["cpus"]["status"] == "no_model"
     assert answer["expected_saving"]["usd"] is not None
+    # Memory comes in 256 MiB steps (or is the request itself).
+    mem = answer["targets"]["mem"]["recommended_bytes"]
+    assert mem % 2**28 == 0 or mem == 64 * 2**30
+    # The history came from the snapshot the last train logged; --fresh-history reads silver.jobs and
+    # sees the same jobs (nothing was ingested since).
+    assert answer["history_source"]["source"] == "snapshot" and answer["history_source"]["run_id"]
+    fresh = json.loads(
+        jobfit("recommend", str(script), "--cluster", "demo", "--user", "u1", "--fresh-history", "--json").out
+    )
+    assert fresh["history_source"]["source"] == "silver.jobs"
+    assert (fresh["history_jobs"], fresh["flags"]) == (answer["history_jobs"], answer["flags"])
 
     # A user with no history: "not enough history", and why.
     nobody = json.loads(
@@ -117,7 +128,9 @@ def test_train_evaluate_recommend_round_trip(
 
 
 def test_flag_formatting_and_gpu_choice() -> None:
-    assert format_mem(12.2 * 2**30) == "13G" and format_mem(300 * 2**20) == "300M"
+    # Recommendations come in 256 MiB steps: whole GiB print as G, the rest in MiB.
+    assert format_mem(13 * 2**30) == "13G" and format_mem(12.25 * 2**30) == "12544M"
+    assert format_mem(300 * 2**20) == "300M" and format_mem(300.5 * 2**20) == "301M"
     assert format_time(59) == "00:01:00" and format_time(90061) == "1-01:02:00"
     demo = load_cluster("demo")
     # Cheapest slice that holds it (demo prices): 9 GiB -> A100-80GB 1g.10gb (2.95/7 $/h beats the

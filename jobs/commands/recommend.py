@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
+from mlflow import MlflowClient
 
 from features.scripts import with_script_features
 from features.table import (
@@ -20,7 +21,7 @@ from features.table import (
 )
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.mlflow_registry import configure, load_champion
+from jobs.mlflow_registry import configure, load_champion, load_history_snapshot
 from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs
 from models.recommend import MIN_USER_HISTORY, assemble, query_row
 from pipelines.scripts import parse_script
@@ -37,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("script", help="the job script file ('-' reads standard input)")
     p.add_argument("--user", required=True, metavar="U", help="the user who will submit it")
+    p.add_argument(
+        "--fresh-history",
+        action="store_true",
+        help="read the user's history from silver.jobs (starts Spark) instead of the snapshot the last "
+        "`jobfit train` logged (fast, but only as fresh as that training run)",
+    )
     add_common(p, cluster_required=True)
     p.set_defaults(func=run)
 
@@ -53,7 +60,27 @@ def _read_script(path: str) -> str:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def recommend(ctx: Context, text: str, cluster: str, user: str) -> dict[str, object]:
+def user_history(
+    ctx: Context, client: MlflowClient, cluster: str, user: str, fresh: bool
+) -> tuple[pd.DataFrame, dict[str, object]]:
+    """The user's finished jobs on the cluster (targets computed) and where they came from: the newest
+    snapshot `jobfit train` logged, or silver.jobs when `fresh` or when there is no snapshot."""
+    gpu_mem = gpu_memory_bytes(cluster_config(ctx, cluster))
+    snapshot = None if fresh else load_history_snapshot(client, cluster)
+    if snapshot is not None:
+        frame, info = snapshot
+        return frame[frame["user"] == user], info
+    history = filter_usable(read_jobs(ctx, cluster, user))
+    info = {"source": "silver.jobs", "run_id": None, "taken_at": str(ctx.now()), "newest_end_ts": None}
+    history = with_script_key(with_targets(history, gpu_mem))
+    if len(history):
+        info["newest_end_ts"] = str(history["end_ts"].max())
+    return history, info
+
+
+def recommend(
+    ctx: Context, text: str, cluster: str, user: str, fresh_history: bool = False
+) -> dict[str, object]:
     """The recommendation payload (documented in docs/cli.md) for one script, cluster and user."""
     info = parse_script(text)
     client = configure(ctx.settings)
@@ -63,8 +90,7 @@ def recommend(ctx: Context, text: str, cluster: str, user: str) -> dict[str, obj
             f"no champion models for cluster {cluster!r} (run `jobfit train --cluster {cluster}`)"
         )
     config = cluster_config(ctx, cluster)
-    history = filter_usable(read_jobs(ctx, cluster, user))
-    history = with_script_key(with_targets(history, gpu_memory_bytes(config)))
+    history, source = user_history(ctx, client, cluster, user, fresh_history)
     n_history = len(history)
     query = query_row(info, user, pd.Timestamp(ctx.now()), gpu_memory_bytes(config))
     payload: dict[str, object] = {
@@ -72,6 +98,7 @@ def recommend(ctx: Context, text: str, cluster: str, user: str) -> dict[str, obj
         "user": user,
         "script_hash": info.script_hash,
         "history_jobs": n_history,
+        "history_source": source,
         "script_runs": int((history["script_key"] == info.script_hash).sum()) if n_history else 0,
     }
     if n_history < MIN_USER_HISTORY:
@@ -115,13 +142,15 @@ def recommend(ctx: Context, text: str, cluster: str, user: str) -> dict[str, obj
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    payload = recommend(ctx, _read_script(args.script), args.cluster, args.user)
+    payload = recommend(ctx, _read_script(args.script), args.cluster, args.user, args.fresh_history)
     ctx.emit(payload, args.json, text=_text(payload))
     return 0
 
 
 def _text(payload: dict[str, object]) -> str:
-    head = f"{payload['user']} on {payload['cluster']} ({payload['history_jobs']} finished jobs)"
+    source = payload["history_source"]
+    seen = f"history from {source['source']} as of {source['taken_at']}"  # type: ignore[index]
+    head = f"{payload['user']} on {payload['cluster']} ({payload['history_jobs']} finished jobs; {seen})"
     if payload["status"] != "ok":
         return f"{head}: not enough history — {payload['why']}"
     lines = [f"{head}: #SBATCH {' '.join(payload['flags'])}"]  # type: ignore[arg-type]

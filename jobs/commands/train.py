@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from features.table import TARGETS, build_training_table
+from features.table import TARGETS, build_training_table, history_snapshot_columns
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.mlflow_registry import configure, load_champion, log_target
+from jobs.mlflow_registry import configure, load_champion, log_history_snapshot, log_target
 from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
 from models.train import TrainParams, evaluate_target, train_target
 
@@ -75,6 +75,12 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     if not report["targets"]:
         reasons = "; ".join(skipped.values())
         raise UsageError(f"nothing trained for cluster {args.cluster!r}: {reasons}")
+    # What `jobfit recommend` reads as the users' history, as of now (it answers without Spark).
+    snapshot = table[history_snapshot_columns()]
+    report["history_snapshot"] = {
+        "run_id": log_history_snapshot(args.cluster, snapshot, str(ctx.now())),
+        "rows": len(snapshot),
+    }
     ctx.emit(report, args.json, text=_text(report))
     return 0
 
