@@ -4,7 +4,10 @@ Mapping (documented in README): job_id = `namespace/name`, job_id_raw = metadata
 the namespace, job_name = the owning Job (label `job-name`, else the first ownerReference), user = label
 `user` when present. Requests follow the scheduler's rule: max(sum over containers, largest init container),
 a missing request defaulting to the limit. CPUs are rounded up to whole cores (`500m` -> 1); the exact
-request stays in bronze. GPUs are `nvidia.com/gpu` plus MIG slices (`nvidia.com/mig-1g.10gb`), whose
+request stays in bronze. Limits (`limit_cpu_cores`, exact, and `limit_mem_bytes`) follow the same rule over
+the containers' limits, and are null when any container leaves the resource unlimited (the pod may then use
+what its node has); GPUs have no separate limit (Kubernetes requires request = limit for extended resources).
+GPUs are `nvidia.com/gpu` plus MIG slices (`nvidia.com/mig-1g.10gb`), whose
 profile becomes gpu_model. State: Succeeded COMPLETED, Failed FAILED, Pending PENDING, Running RUNNING,
 Unknown UNKNOWN; a Failed pod with a container terminated `OOMKilled` (any exit code) is OUT_OF_MEMORY, pod
 reason `DeadlineExceeded` is TIMEOUT and `Evicted` is PREEMPTED. Exit 137 with reason `Error` is a kill, not
@@ -99,6 +102,28 @@ def _resources(container: dict) -> dict[str, float]:
     return out
 
 
+def _limits(container: dict) -> dict[str, float]:
+    """A container's limits by resource name, in plain numbers (memory in bytes)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return {
+        name: memory_bytes(raw) if name in ("memory", "ephemeral-storage") else parse_quantity(raw)
+        for name, raw in limits.items()
+    }
+
+
+def pod_limits(spec: dict) -> dict[str, float]:
+    """The pod's limit per resource: max(sum over containers, largest init container), for the resources
+    every (app) container limits; a resource one container leaves unlimited has no pod limit (absent)."""
+    per_container = [_limits(c) for c in spec.get("containers") or []]
+    limited = set.intersection(*(set(c) for c in per_container)) if per_container else set()
+    total = {k: sum(c[k] for c in per_container) for k in limited}
+    for c in spec.get("initContainers") or []:
+        for k, v in _limits(c).items():
+            if k in total:
+                total[k] = max(total[k], v)
+    return total
+
+
 def pod_requests(spec: dict) -> dict[str, float]:
     """The pod's effective request per resource: max(sum of containers, largest init container)."""
     total: dict[str, float] = {}
@@ -148,7 +173,7 @@ def parse_pod(pod: dict) -> dict[str, Any]:
         raise ValueError(f"unknown status.phase {phase!r}")
     meta, spec, status = pod["metadata"], pod["spec"], pod["status"]
     try:
-        req = pod_requests(spec)
+        req, lim = pod_requests(spec), pod_limits(spec)
     except ValueError as exc:
         raise ValueError(f"bad resource quantity: {exc}") from None
     terms = _terminations(status)
@@ -211,6 +236,8 @@ def parse_pod(pod: dict) -> dict[str, Any]:
         "alloc_cpus": cpus if spec.get("nodeName") else None,
         "req_mem_bytes": int(req["memory"]) if "memory" in req else None,
         "alloc_mem_bytes": int(req["memory"]) if "memory" in req and spec.get("nodeName") else None,
+        "limit_cpu_cores": lim.get("cpu"),
+        "limit_mem_bytes": int(lim["memory"]) if "memory" in lim else None,
         "req_gpus": int(gpus) if gpus else None,
         "alloc_gpus": int(gpus) if gpus and spec.get("nodeName") else None,
         "gpu_model": gpu_model,

@@ -474,6 +474,8 @@ def with_jobs(parsed: DataFrame, steps: DataFrame) -> DataFrame:
         alloc_cpus.try_cast("int").alias("alloc_cpus"),
         F.coalesce(req_mem, U.tres_mem_col(req, "mem")).alias("req_mem_bytes"),
         U.tres_mem_col(alloc, "mem").alias("alloc_mem_bytes"),
+        F.lit(None).cast("double").alias("limit_cpu_cores"),  # Kubernetes only
+        F.lit(None).cast("long").alias("limit_mem_bytes"),
         U.tres_count_col(req, "gres/gpu").try_cast("int").alias("req_gpus"),
         U.tres_count_col(alloc, "gres/gpu").try_cast("int").alias("alloc_gpus"),
         F.coalesce(U.tres_gpu_model_col(F.col("alloc_tres")), U.tres_gpu_model_col(F.col("req_tres"))).alias(

@@ -101,6 +101,8 @@ SILVER_JOBS = TableSpec(
         ("alloc_cpus", INT, True),
         ("req_mem_bytes", L, True),  # whole-job total (per-CPU/per-node requests multiplied out)
         ("alloc_mem_bytes", L, True),
+        ("limit_cpu_cores", D, True),  # k8s: the pod's CPU limit (500m = 0.5); null if unlimited or not k8s
+        ("limit_mem_bytes", L, True),  # Kubernetes: the pod's memory limit (its OOM-kill ceiling); idem
         ("req_gpus", INT, True),
         ("alloc_gpus", INT, True),
         ("gpu_model", S, True),
@@ -308,6 +310,7 @@ GOLD_JOB_USAGE = TableSpec(
         ("timelimit_s", L, True),
         ("time_eff_pct", D, True),  # elapsed / time limit
         ("alloc_cpus", INT, True),
+        ("limit_cpu_cores", D, True),  # k8s: the CPU the pod may burst to (its limit); null if unlimited
         ("total_cpu_s", D, True),
         ("cpu_alloc_core_h", D, True),
         ("cpu_used_core_h", D, True),
@@ -315,6 +318,7 @@ GOLD_JOB_USAGE = TableSpec(
         ("cpu_eff_pct", D, True),
         ("req_mem_bytes", L, True),
         ("max_rss_bytes", L, True),
+        ("limit_mem_bytes", L, True),  # k8s: the memory the pod may burst to before its OOM kill
         ("mem_alloc_gib_h", D, True),
         ("mem_used_gib_h", D, True),
         ("mem_wasted_gib_h", D, True),

@@ -171,6 +171,8 @@ def parse_swf(bronze: DataFrame, headers: dict[str, SwfHeader]) -> tuple[DataFra
         .cast("long")
         .alias("req_mem_bytes"),
         F.lit(None).cast("long").alias("alloc_mem_bytes"),
+        F.lit(None).cast("double").alias("limit_cpu_cores"),  # Kubernetes only
+        F.lit(None).cast("long").alias("limit_mem_bytes"),
         *[F.lit(None).cast("int").alias(c) for c in ("req_gpus", "alloc_gpus")],
         F.lit(None).cast("string").alias("gpu_model"),
         F.lit(None).cast("int").alias("nodes"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.k8s import cpu_cores, memory_bytes, parse_pod, parse_quantity, split_pod_records
+from pipelines.k8s import cpu_cores, memory_bytes, parse_pod, parse_quantity, pod_limits, split_pod_records
 
 
 @pytest.mark.parametrize(
@@ -78,6 +78,8 @@ def test_real_oomkilled_exit1_is_oom(real_data: Path) -> None:
     )
     assert row["elapsed_s"] == 3 * 60 + 37 and row["qos"] == "Burstable"
     assert (row["req_cpus"], row["req_mem_bytes"], row["alloc_cpus"]) == (1, 4 * 2**30, 1)
+    # a memory limit of 8Gi and no CPU limit: the pod may burst to 8 GiB, and to any CPU its node has
+    assert (row["limit_mem_bytes"], row["limit_cpu_cores"]) == (8 * 2**30, None)
     assert (row["job_id"], row["partition"], row["job_name"], row["source"]) == (
         "ml/train-0",
         "ml",
@@ -96,6 +98,7 @@ def test_real_laststate_oomkilled_running(real_data: Path) -> None:
     assert row["state_raw"] == "Running:OOMKilled:last exit 1"
     # requests memory 100Mi (limit 200Mi); no cpu request
     assert (row["req_mem_bytes"], row["req_cpus"]) == (100 * 2**20, None)
+    assert (row["limit_mem_bytes"], row["limit_cpu_cores"]) == (200 * 2**20, None)
 
 
 def test_exit_137_without_oomkilled_is_not_oom() -> None:
@@ -156,6 +159,35 @@ def test_gpus_mig_init_containers_and_states() -> None:
     assert (deadline["state"], deadline["timelimit_s"]) == ("TIMEOUT", 3600)
 
 
+def test_limits_in_every_quantity_form_and_unlimited_containers() -> None:
+    def container(limits: dict, requests: dict | None = None) -> dict:
+        return {"name": "c", "resources": {"limits": limits, "requests": requests or {}}}
+
+    spec = {
+        "containers": [
+            container({"cpu": "500m", "memory": "4Gi", "nvidia.com/gpu": "1"}, {"cpu": "250m"}),
+            container({"cpu": "1.5", "memory": "4G"}),
+            container({"cpu": 2, "memory": "4e9"}),
+        ],
+        # an init container limited above the app containers' sum for CPU, below it for memory
+        "initContainers": [container({"cpu": "6", "memory": "129M"})],
+    }
+    # cpu: 0.5 + 1.5 + 2 = 4 < 6 (init); memory: 4 GiB + 4e9 + 4e9 = 12294967296 > 129e6; the GPU limit
+    # is one container's only, so the pod has none.
+    assert pod_limits(spec) == {"cpu": 6.0, "memory": 4 * 2**30 + 8 * 10**9}
+    row = parse_pod(_pod({"phase": "Running"}, name="multi", **spec))
+    assert (row["limit_cpu_cores"], row["limit_mem_bytes"], row["req_cpus"]) == (
+        6.0,
+        4 * 2**30 + 8 * 10**9,
+        6,
+    )
+    # one container without a memory limit: the pod may use its node's memory, no pod limit
+    spec["containers"].append(container({"cpu": "100m"}))
+    assert pod_limits(spec) == {"cpu": pytest.approx(6.0)}
+    bare = parse_pod(_pod({"phase": "Running"}, {"requests": {"cpu": "1", "memory": "1Gi"}}))
+    assert (bare["limit_cpu_cores"], bare["limit_mem_bytes"]) == (None, None)
+
+
 def test_missing_fields_raise_with_reason() -> None:
     pod = _pod({"phase": "Running"})
     del pod["metadata"]["namespace"]
@@ -182,7 +214,9 @@ def test_split_records_list_and_lines() -> None:
 
 def test_cli_ingest_list_and_quarantine(jobfit, real_data: Path, tmp_path: Path) -> None:
     status = _real_oom_exit1_status(real_data)
-    good = _pod(status, {"requests": {"cpu": "2", "memory": "1Gi"}})
+    good = _pod(
+        status, {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2500m", "memory": "1.5Gi"}}
+    )
     nameless = _pod({"phase": "Running"}, name="x")
     del nameless["metadata"]["name"]
     listing = tmp_path / "pods.json"
@@ -201,9 +235,26 @@ def test_cli_ingest_list_and_quarantine(jobfit, real_data: Path, tmp_path: Path)
         "not JSON: Expecting property name enclosed in double quotes at column 2",
     }
     jobs = json.loads(
-        jobfit("sql", "SELECT job_id, state, exit_code FROM silver.jobs ORDER BY job_id", "--json").out
+        jobfit(
+            "sql",
+            "SELECT job_id, state, exit_code, limit_cpu_cores, limit_mem_bytes FROM silver.jobs "
+            "ORDER BY job_id",
+            "--json",
+        ).out
     )
     assert jobs["rows"] == [
-        {"job_id": "ml/later", "state": "RUNNING", "exit_code": None},
-        {"job_id": "ml/train-0", "state": "OUT_OF_MEMORY", "exit_code": 1},
+        {
+            "job_id": "ml/later",
+            "state": "RUNNING",
+            "exit_code": None,
+            "limit_cpu_cores": None,
+            "limit_mem_bytes": None,
+        },
+        {
+            "job_id": "ml/train-0",
+            "state": "OUT_OF_MEMORY",
+            "exit_code": 1,
+            "limit_cpu_cores": 2.5,
+            "limit_mem_bytes": 1610612736,  # 1.5 × 2^30
+        },
     ]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from conf import load_cluster
 from jobs.commands.ingest import SOURCES
 from jobs.simulator import simulate
@@ -42,3 +44,15 @@ def test_every_simulated_record_is_ingested_and_every_bad_one_quarantined(
     jobs = read_table(ctx.spark, ctx.settings, "silver.jobs")
     n_slurm = jobs.filter("source = 'slurm'").count()
     assert n_slurm == 72  # 80 jobs, 10 % of them pods
+
+    # Pods keep their limits; every Slurm job carries its script's hash (scripts were ingested after sacct).
+    truth = pd.read_parquet(out / "truth.parquet")
+    silver = jobs.select("job_id", "limit_cpu_cores", "limit_mem_bytes", "script_hash").toPandas()
+    both = truth.merge(silver, on="job_id", how="inner", suffixes=("_truth", ""))
+    pods = both[both.source == "k8s"]
+    assert len(pods) == (truth.source == "k8s").sum()  # bad records are extra lines, not lost pods
+    assert (pods.limit_mem_bytes == pods.limit_mem_bytes_truth).all()
+    assert (pods.limit_cpu_cores == pods.limit_cpu_cores_truth).all()
+    slurm = both[both.source == "slurm"]
+    assert len(slurm) == n_slurm and slurm.limit_mem_bytes.isna().all() and slurm.limit_cpu_cores.isna().all()
+    assert (slurm.script_hash == slurm.script_hash_truth).all()

@@ -189,6 +189,7 @@ def make_pod(i: int, user: User, t: int, rng: random.Random, cluster: str) -> tu
         "total_cpu_s": cpus_used * elapsed,
         "req_mem_bytes": req_mem,
         "limit_mem_bytes": lim_mem,
+        "limit_cpu_cores": lim_mc / 1000,
         "peak_mem_bytes": peak_mem,
         "needed_mem_bytes": need_mem,
         "alloc_gpus": gpus,

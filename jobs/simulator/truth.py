@@ -42,6 +42,7 @@ SCHEMA = pa.schema(
         ("total_cpu_s", pa.float64()),
         ("req_mem_bytes", pa.int64()),
         ("limit_mem_bytes", pa.int64()),
+        ("limit_cpu_cores", pa.float64()),
         ("peak_mem_bytes", pa.int64()),
         ("needed_mem_bytes", pa.int64()),
         ("alloc_gpus", pa.int64()),
@@ -143,6 +144,7 @@ def slurm_row(cluster: str, job: Job, script_hash: str, tel: dict | None, has_la
         "total_cpu_s": job.cpus_used * job.elapsed_s,
         "req_mem_bytes": job.req_mem_node_bytes * job.nodes,
         "limit_mem_bytes": job.req_mem_node_bytes * job.nodes,
+        "limit_cpu_cores": float(job.alloc_cpus),  # the job's cgroup holds exactly its allocated cores
         "peak_mem_bytes": recorded_peak_bytes(job),
         "needed_mem_bytes": job.mem_need_node_bytes * job.nodes,
         "alloc_gpus": len(job.gpu_units) if job.is_gpu else 0,
