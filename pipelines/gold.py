@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipelines.waste import with_rounded
+from pipelines.waste import SUMMED_COLUMNS, with_rounded
 
 TOP_N = 5
 
@@ -17,34 +17,12 @@ def _sum(name: str) -> Column:
 def _month_metrics() -> list[Column]:
     """The measures every month table carries (hours, dollars, counts), summed over its jobs."""
     gpu_job = F.col("alloc_gpus") > 0
-    sums = [
-        "cpu_alloc_core_h",
-        "cpu_used_core_h",
-        "cpu_wasted_core_h",
-        "mem_alloc_gib_h",
-        "mem_used_gib_h",
-        "mem_wasted_gib_h",
-        "gpu_alloc_h",
-        "gpu_used_h",
-        "gpu_idle_h",
-        "gpu_underused_h",
-        "cpu_alloc_usd",
-        "mem_alloc_usd",
-        "gpu_alloc_usd",
-        "alloc_usd",
-        "cpu_wasted_usd",
-        "mem_wasted_usd",
-        "gpu_idle_usd",
-        "gpu_underused_usd",
-        "failed_run_usd",
-        "wasted_usd",
-    ]
     return [
         F.count(F.lit(1)).alias("jobs"),
         F.count_if(gpu_job).alias("gpu_jobs"),
         F.count_if(gpu_job & ~F.col("has_gpu_telemetry")).alias("gpu_jobs_no_telemetry"),
         F.count_if(F.col("is_user_fixable_failure")).alias("failed_user_fixable_jobs"),
-        *[_sum(name).alias(name) for name in sums],
+        *[_sum(name).alias(name) for name in SUMMED_COLUMNS],
         # GPU-hours of jobs whose utilisation is known: the base of the GPU figures.
         _sum(F.when(F.col("gpu_util_mean_pct").isNotNull(), F.col("gpu_alloc_h"))).alias("gpu_alloc_known_h"),
         # Coverage: the allocation-weighted share of GPU-time with samples.

@@ -314,11 +314,16 @@ def _with_efficiency(df: DataFrame, cluster: ClusterConfig) -> DataFrame:
         "*",
         cpu_alloc_h.alias("cpu_alloc_core_h"),
         cpu_used_h.alias("cpu_used_core_h"),
-        F.greatest(cpu_alloc_h - cpu_used_h, F.lit(0.0)).alias("cpu_wasted_core_h"),
+        # greatest() skips nulls: guard it, so an unknown use stays an unknown waste, not 0.
+        F.when(cpu_used_h.isNotNull(), F.greatest(cpu_alloc_h - cpu_used_h, F.lit(0.0))).alias(
+            "cpu_wasted_core_h"
+        ),
         _pct(F.col("total_cpu_s"), F.col("_cpus") * elapsed_s).alias("cpu_eff_pct"),
         F.coalesce(mem_alloc_h, F.lit(0.0)).alias("mem_alloc_gib_h"),
         mem_used_h.alias("mem_used_gib_h"),
-        F.greatest(mem_alloc_h - mem_used_h, F.lit(0.0)).alias("mem_wasted_gib_h"),
+        F.when(mem_used_h.isNotNull(), F.greatest(mem_alloc_h - mem_used_h, F.lit(0.0))).alias(
+            "mem_wasted_gib_h"
+        ),
         _pct(F.col("max_rss_bytes").cast("double"), F.col("_mem_bytes").cast("double")).alias("mem_eff_pct"),
         _pct(elapsed_s, F.col("timelimit_s").cast("double")).alias("time_eff_pct"),
         gpu_alloc_h.alias("gpu_alloc_h"),
@@ -371,6 +376,33 @@ def _with_dollars(df: DataFrame, prices: Prices) -> DataFrame:
     )
 
 
+# Per-job dollars, in gold.job_usage's order; with the hours, what the month tables add up over jobs.
+USD_COLUMNS: tuple[str, ...] = (
+    "cpu_alloc_usd",
+    "mem_alloc_usd",
+    "gpu_alloc_usd",
+    "alloc_usd",
+    "cpu_wasted_usd",
+    "mem_wasted_usd",
+    "gpu_idle_usd",
+    "gpu_underused_usd",
+    "failed_run_usd",
+    "wasted_usd",
+)
+HOUR_COLUMNS: tuple[str, ...] = (
+    "cpu_alloc_core_h",
+    "cpu_used_core_h",
+    "cpu_wasted_core_h",
+    "mem_alloc_gib_h",
+    "mem_used_gib_h",
+    "mem_wasted_gib_h",
+    "gpu_alloc_h",
+    "gpu_used_h",
+    "gpu_idle_h",
+    "gpu_underused_h",
+)
+SUMMED_COLUMNS: tuple[str, ...] = HOUR_COLUMNS + USD_COLUMNS
+
 # The output contract: gold.job_usage's columns in order ("name:internal" renames; types in schemas.py).
 JOB_USAGE_COLUMNS: tuple[str, ...] = (
     "cluster",
@@ -387,6 +419,7 @@ JOB_USAGE_COLUMNS: tuple[str, ...] = (
     "timelimit_s",
     "time_eff_pct",
     "alloc_cpus:_cpus",
+    "limit_cpu_cores",
     "total_cpu_s",
     "cpu_alloc_core_h",
     "cpu_used_core_h",
@@ -394,6 +427,7 @@ JOB_USAGE_COLUMNS: tuple[str, ...] = (
     "cpu_eff_pct",
     "req_mem_bytes:_mem_bytes",
     "max_rss_bytes",
+    "limit_mem_bytes",
     "mem_alloc_gib_h",
     "mem_used_gib_h",
     "mem_wasted_gib_h",
@@ -417,14 +451,5 @@ JOB_USAGE_COLUMNS: tuple[str, ...] = (
     "failure_cause",
     "failure_cause_from",
     "is_user_fixable_failure",
-    "cpu_alloc_usd",
-    "mem_alloc_usd",
-    "gpu_alloc_usd",
-    "alloc_usd",
-    "cpu_wasted_usd",
-    "mem_wasted_usd",
-    "gpu_idle_usd",
-    "gpu_underused_usd",
-    "failed_run_usd",
-    "wasted_usd",
+    *USD_COLUMNS,
 )
