@@ -41,7 +41,6 @@ ROW_ORDER = [
 # The header the dumps carry: this site's --format puts NodeList last (sites order fields as they like;
 # readers go by the header). NodeList is never empty ("None assigned" before a job starts).
 FIELDS = [f for f in ROW_ORDER if f != "NodeList"] + ["NodeList"]
-_REORDER = [ROW_ORDER.index(f) for f in FIELDS]
 HEADER = "|".join(FIELDS)
 DUMP_DELAY_S = 300  # the cron job runs `sacct -S <day-12h> -E <day+1>` five minutes after midnight
 OVERLAP_S = 12 * 3600
@@ -79,77 +78,30 @@ def _tres(job: Job, cpus: int, mem_bytes: int, alloc: bool) -> str:
 
 
 def _states(job: Job) -> dict[str, tuple[str, str]]:
-    """Final state and ExitCode of the job row and each step, as Slurm records each failure."""
-    c = job.cause
-    ok = ("COMPLETED", "0:0")
+    """Final state and ExitCode of the job row and each step, and the job's DerivedExitCode, as Slurm
+    records each failure."""
+    ok, term, kill = ("COMPLETED", "0:0"), ("CANCELLED", "0:15"), ("CANCELLED", "0:9")
+    oom, segv = ("OUT_OF_MEMORY", "0:125"), ("FAILED", "139:0")
+    c, in_step0 = job.cause, job.uses_step0
+    # (job, batch, extern, step 0, derived exit code)
     if c == "none":
-        return {"job": ok, "batch": ok, "extern": ok, "step0": ok, "derived": ("", "0:0")}
-    if c == "time_limit":
-        return {
-            "job": ("TIMEOUT", "0:0"),
-            "batch": ("CANCELLED", "0:15"),
-            "extern": ok,
-            "step0": ("CANCELLED", "0:15"),
-            "derived": ("", "0:0"),
-        }
-    if c == "host_oom":
-        if job.uses_step0:
-            return {
-                "job": ("OUT_OF_MEMORY", "0:125"),
-                "batch": ("FAILED", "1:0"),
-                "extern": ok,
-                "step0": ("OUT_OF_MEMORY", "0:125"),
-                "derived": ("", "0:125"),
-            }
-        return {
-            "job": ("OUT_OF_MEMORY", "0:125"),
-            "batch": ("OUT_OF_MEMORY", "0:125"),
-            "extern": ok,
-            "step0": ok,
-            "derived": ("", "0:125"),
-        }
-    if c == "node_failure":
-        return {
-            "job": ("NODE_FAIL", "0:0"),
-            "batch": ("CANCELLED", "0:9"),
-            "extern": ("CANCELLED", "0:9"),
-            "step0": ("CANCELLED", "0:9"),
-            "derived": ("", "0:0"),
-        }
-    if c == "preemption":
-        return {
-            "job": ("PREEMPTED", "0:0"),
-            "batch": ("CANCELLED", "0:15"),
-            "extern": ok,
-            "step0": ("CANCELLED", "0:15"),
-            "derived": ("", "0:0"),
-        }
-    if c == "cancelled":
-        return {
-            "job": (f"CANCELLED by {job.cancelled_by}", "0:0"),
-            "batch": ("CANCELLED", "0:15"),
-            "extern": ok,
-            "step0": ("CANCELLED", "0:15"),
-            "derived": ("", "0:0"),
-        }
-    if job.detail == "segfault":
-        if job.uses_step0:
-            return {
-                "job": ("FAILED", "139:0"),
-                "batch": ("FAILED", "139:0"),
-                "extern": ok,
-                "step0": ("FAILED", "0:11"),
-                "derived": ("", "0:11"),
-            }
-        return {
-            "job": ("FAILED", "139:0"),
-            "batch": ("FAILED", "139:0"),
-            "extern": ok,
-            "step0": ok,
-            "derived": ("", "0:0"),
-        }
-    failed = ("FAILED", "1:0")
-    return {"job": failed, "batch": failed, "extern": ok, "step0": failed, "derived": ("", "1:0")}
+        row = (ok, ok, ok, ok, "0:0")
+    elif c == "time_limit":
+        row = (("TIMEOUT", "0:0"), term, ok, term, "0:0")
+    elif c == "host_oom":
+        row = (oom, ("FAILED", "1:0"), ok, oom, "0:125") if in_step0 else (oom, oom, ok, ok, "0:125")
+    elif c == "node_failure":
+        row = (("NODE_FAIL", "0:0"), kill, kill, kill, "0:0")
+    elif c == "preemption":
+        row = (("PREEMPTED", "0:0"), term, ok, term, "0:0")
+    elif c == "cancelled":
+        row = ((f"CANCELLED by {job.cancelled_by}", "0:0"), term, ok, term, "0:0")
+    elif job.detail == "segfault":
+        row = (segv, segv, ok, ("FAILED", "0:11"), "0:11") if in_step0 else (segv, segv, ok, ok, "0:0")
+    else:
+        failed = ("FAILED", "1:0")
+        row = (failed, failed, ok, failed, "1:0")
+    return {"job": row[0], "batch": row[1], "extern": row[2], "step0": row[3], "derived": ("", row[4])}
 
 
 def _kib(bytes_: int) -> int:
@@ -180,6 +132,14 @@ def _usage(job: Job, cpu_s: float, rss_kib: int, main: bool) -> str:
     return ",".join(parts)
 
 
+def _line(**fields: str) -> str:
+    """One dump line: the given fields (by their sacct names), empty for the rest, in the header's order."""
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise KeyError(f"not a dump field: {sorted(unknown)}")
+    return "|".join(fields.get(name, "") for name in FIELDS)
+
+
 def rows(job: Job, at: int) -> list[str]:
     """The job's sacct rows as a dump taken at epoch second `at` shows them (RUNNING until it ends)."""
     running = at < job.end
@@ -193,150 +153,76 @@ def rows(job: Job, at: int) -> list[str]:
     main_cpu = total_cpu - launcher_cpu if job.uses_step0 else total_cpu
     job_state, job_exit = ("RUNNING", "0:0") if running else states["job"]
     out = [
-        [
-            job.job_id,
-            str(job.job_id_raw),
-            job.name,
-            job.user.name,
-            job.user.account,
-            job.partition,
-            job.qos,
-            job_state,
-            job_exit,
-            "0:0" if running else states["derived"][1],
-            ts(job.submit),
-            ts(job.start),
-            "Unknown" if running else ts(job.end),
-            fmt_time(elapsed),
-            fmt_time(job.timelimit_s),
-            str(job.req_cpus),
-            str(job.alloc_cpus),
-            mem(req_mem_total),
-            _tres(job, job.req_cpus, req_mem_total, alloc=False),
-            _tres(job, job.alloc_cpus, req_mem_total, alloc=True),
-            str(job.nodes),
-            nodes,
-            "",
-            "00:00:00" if running else cpu_time(total_cpu),
-            "",
-            "",
-            "",
-        ]
+        _line(
+            JobID=job.job_id,
+            JobIDRaw=str(job.job_id_raw),
+            JobName=job.name,
+            User=job.user.name,
+            Account=job.user.account,
+            Partition=job.partition,
+            QOS=job.qos,
+            State=job_state,
+            ExitCode=job_exit,
+            DerivedExitCode="0:0" if running else states["derived"][1],
+            Submit=ts(job.submit),
+            Start=ts(job.start),
+            End="Unknown" if running else ts(job.end),
+            Elapsed=fmt_time(elapsed),
+            Timelimit=fmt_time(job.timelimit_s),
+            ReqCPUS=str(job.req_cpus),
+            AllocCPUS=str(job.alloc_cpus),
+            ReqMem=mem(req_mem_total),
+            ReqTRES=_tres(job, job.req_cpus, req_mem_total, alloc=False),
+            AllocTRES=_tres(job, job.alloc_cpus, req_mem_total, alloc=True),
+            NNodes=str(job.nodes),
+            NodeList=nodes,
+            TotalCPU="00:00:00" if running else cpu_time(total_cpu),
+        )
     ]
 
-    def step(
-        suffix: str,
-        name: str,
-        key: str,
-        cpus: int,
-        n_nodes: int,
-        node_list: str,
-        ntasks: int,
-        cpu_s: float,
-        rss_kib: int,
-        main: bool,
-        start: int,
-    ) -> list[str]:
-        st, ex = ("RUNNING", "0:0") if running else states[key]
+    def step(suffix: str, name: str, ntasks: int, cpu_s: float, rss_kib: int, main: bool, start: int) -> str:
+        """A step row; the batch step runs on the first node only, with that node's CPUs."""
+        batch = suffix == "batch"
+        n_nodes = 1 if batch else job.nodes
+        cpus = job.alloc_cpus // job.nodes if batch else job.alloc_cpus
+        st, ex = ("RUNNING", "0:0") if running else states["step0" if suffix == "0" else suffix]
         done = not running
-        return [
-            f"{job.job_id}.{suffix}",
-            f"{job.job_id_raw}.{suffix}",
-            name,
-            "",
-            job.user.account,
-            "",
-            "",
-            st,
-            ex,
-            "",
-            ts(start),
-            ts(start),
-            ts(job.end) if done else "Unknown",
-            fmt_time(end - start),
-            "",
-            "",
-            str(cpus),
-            "",
-            "",
-            f"cpu={cpus},mem={mem(job.req_mem_node_bytes * n_nodes)},node={n_nodes}",
-            str(n_nodes),
-            node_list,
-            str(ntasks),
-            cpu_time(cpu_s) if done else "00:00:00",
-            f"{rss_kib}K" if done else "",
-            f"{int(rss_kib * 0.8)}K" if done else "",
-            _usage(job, cpu_s, rss_kib, main) if done else "",
-        ]
+        return _line(
+            JobID=f"{job.job_id}.{suffix}",
+            JobIDRaw=f"{job.job_id_raw}.{suffix}",
+            JobName=name,
+            Account=job.user.account,
+            State=st,
+            ExitCode=ex,
+            Submit=ts(start),
+            Start=ts(start),
+            End=ts(job.end) if done else "Unknown",
+            Elapsed=fmt_time(end - start),
+            AllocCPUS=str(cpus),
+            AllocTRES=f"cpu={cpus},mem={mem(job.req_mem_node_bytes * n_nodes)},node={n_nodes}",
+            NNodes=str(n_nodes),
+            NodeList=job.hosts[0] if batch else nodes,
+            NTasks=str(ntasks),
+            TotalCPU=cpu_time(cpu_s) if done else "00:00:00",
+            MaxRSS=f"{rss_kib}K" if done else "",
+            AveRSS=f"{int(rss_kib * 0.8)}K" if done else "",
+            TRESUsageInMax=_usage(job, cpu_s, rss_kib, main) if done else "",
+        )
 
-    per_node_cpus = job.alloc_cpus // job.nodes
+    # The batch step does the work itself, or only launches step 0 (then it holds little CPU and memory).
+    launcher_rss_kib = _kib((12 + job.job_id_raw % 40) * 1024**2)
+    extern_rss_kib = _kib((1024 + job.job_id_raw % 900) * 1024)
     if job.uses_step0:
-        out.append(
-            step(
-                "batch",
-                "batch",
-                "batch",
-                per_node_cpus,
-                1,
-                job.hosts[0],
-                1,
-                launcher_cpu,
-                _kib(12 * 1024**2 + job.job_id_raw % 40 * 1024**2),
-                False,
-                job.start,
-            )
-        )
+        out.append(step("batch", "batch", 1, launcher_cpu, launcher_rss_kib, False, job.start))
     else:
-        out.append(
-            step(
-                "batch",
-                "batch",
-                "batch",
-                per_node_cpus,
-                1,
-                job.hosts[0],
-                1,
-                main_cpu,
-                main_step_rss_kib(job),
-                True,
-                job.start,
-            )
-        )
-    out.append(
-        step(
-            "extern",
-            "extern",
-            "extern",
-            job.alloc_cpus,
-            job.nodes,
-            nodes,
-            job.nodes,
-            0.001,
-            _kib((1024 + job.job_id_raw % 900) * 1024),
-            False,
-            job.start,
-        )
-    )
+        out.append(step("batch", "batch", 1, main_cpu, main_step_rss_kib(job), True, job.start))
+    out.append(step("extern", "extern", job.nodes, 0.001, extern_rss_kib, False, job.start))
     if job.uses_step0 and elapsed >= 3:
         exe = {"mpi_md": "lmp" if job.params.get("code") == "lammps" else "gmx_mpi"}.get(
             job.project.kind, job.launcher
         )
-        out.append(
-            step(
-                "0",
-                exe,
-                "step0",
-                job.alloc_cpus,
-                job.nodes,
-                nodes,
-                job.ntasks,
-                main_cpu,
-                main_step_rss_kib(job),
-                True,
-                job.start + 2,
-            )
-        )
-    return ["|".join(r[k] for k in _REORDER) for r in out]
+        out.append(step("0", exe, job.ntasks, main_cpu, main_step_rss_kib(job), True, job.start + 2))
+    return out
 
 
 class SacctDumper:
