@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from jobs.tables import merge_into, read_table
-from tests.test_waste import append_silver, job_row, jobs_frame, scenario
+from tests.rows import append_silver, job_row, jobs_frame, use
+from tests.test_waste import scenario
 
 OCT = datetime(2026, 10, 15, 0, 0, 0)
+DAVE = {"user": "dave", "account": "ml", "partition": "cpu"}
 
 # Per-job dollars of the November scenario, each computed by hand in tests/test_waste.py's comments.
 ALLOC_USD = {
@@ -53,16 +55,7 @@ def _month(rows: list[dict[str, Any]], month: str) -> list[dict[str, Any]]:
 def test_build_is_incremental_idempotent_and_feeds_waste(jobfit, make_ctx) -> None:
     ctx = make_ctx()
     jobs, samples = scenario()
-    october = job_row(
-        job_id="10",
-        user="dave",
-        account="ml",
-        partition="cpu",
-        alloc_cpus=2,
-        total_cpu_s=3600.0,
-        start_ts=OCT,
-        end_ts=OCT + timedelta(hours=1),
-    )
+    october = job_row(job_id="10", **DAVE, **use(2, 1.0), start_ts=OCT, end_ts=OCT + timedelta(hours=1))
     append_silver(ctx, "silver.jobs", [*jobs, october])
     append_silver(ctx, "silver.gpu_samples", samples)
 
@@ -106,17 +99,7 @@ def test_build_is_incremental_idempotent_and_feeds_waste(jobfit, make_ctx) -> No
     assert _gold(ctx) == gold
 
     # Late data for October: only October is rebuilt; November's rows stay exactly as they were.
-    late = job_row(
-        job_id="11",
-        user="dave",
-        account="ml",
-        partition="cpu",
-        alloc_cpus=4,
-        total_cpu_s=0.0,
-        start_ts=OCT,
-        end_ts=OCT + timedelta(hours=1),
-        ingested_at=datetime(2026, 12, 2, 6, 0, 0),
-    )
+    late = {**october, "job_id": "11", **use(4, 0.0), "ingested_at": datetime(2026, 12, 2, 6, 0, 0)}
     merge_into(ctx.spark, ctx.settings, "silver.jobs", jobs_frame(ctx.spark, [late]))  # as ingest writes
     after_late = json.loads(jobfit("build", "--json").out)
     assert [m["month"] for m in after_late["built"]] == ["2026-10"]

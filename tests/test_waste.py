@@ -6,15 +6,13 @@ Every job below runs one hour, 2026-11-10 00:00 → 01:00 UTC, unless stated.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from conf import load_cluster
-from jobs.tables import conform, table_path
-from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOBS, TABLES
 from pipelines.waste import (
     DEFAULT_PRICES,
     default_cluster_config,
@@ -22,190 +20,46 @@ from pipelines.waste import (
     mig_fraction,
     vram_fit_options,
 )
-
-GIB = 1024**3
-T0 = datetime(2026, 11, 10, 0, 0, 0)
-INGESTED = datetime(2026, 12, 1, 6, 0, 0)
-
-
-def job_row(cluster: str = "demo", **fields: Any) -> dict[str, Any]:
-    """A silver.jobs row: every declared column, None unless given (a finished one-hour job by default)."""
-    row: dict[str, Any] = {f.name: None for f in SILVER_JOBS.schema.fields}
-    row.update(
-        cluster=cluster,
-        source="slurm",
-        state="COMPLETED",
-        is_final=True,
-        start_ts=T0,
-        end_ts=T0 + timedelta(hours=1),
-        elapsed_s=3600,
-        ingested_at=INGESTED,
-    )
-    row.update(fields)
-    return row
-
-
-def sample_rows(
-    job_id: str | None,
-    host: str,
-    device: str,
-    util: float | None,
-    fb_used_gib: float = 0.0,
-    fb_total_gib: float = 80.0,
-    start: datetime = T0,
-    seconds: int = 3600,
-    every_s: int = 30,
-    label_job: str | None = None,
-    attribution: str = "label",
-    cluster: str = "demo",
-    **extra: Any,
-) -> list[dict[str, Any]]:
-    """silver.gpu_samples rows of one series: a sample every `every_s` seconds for `seconds`."""
-    rows = []
-    for offset in range(0, seconds, every_s):
-        row: dict[str, Any] = {f.name: None for f in SILVER_GPU_SAMPLES.schema.fields}
-        row.update(
-            cluster=cluster,
-            host=host,
-            device=device,
-            gpu=0,
-            uuid=device.split("/")[0],
-            model_name="NVIDIA A100-SXM4-80GB",
-            ts=start + timedelta(seconds=offset),
-            gpu_util_pct=util,
-            fb_used_bytes=int(fb_used_gib * GIB),
-            fb_total_bytes=int(fb_total_gib * GIB),
-            label_job=job_id if label_job is None else label_job,
-            job_id=job_id,
-            attribution=attribution if job_id else "unattributed",
-            ingested_at=INGESTED,
-        )
-        row.update(extra)
-        rows.append(row)
-    return rows
-
-
-def append_silver(ctx: Any, name: str, rows: list[dict[str, Any]]) -> None:
-    """Append rows to a silver table as they are (a plain Delta append: faster than a MERGE in tests)."""
-    spec = TABLES[name]
-    conform(ctx.spark.createDataFrame(rows, spec.schema), spec).write.format("delta").mode("append").save(
-        table_path(ctx.settings, name)
-    )
-
-
-def jobs_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
-    return spark.createDataFrame(rows, SILVER_JOBS.schema)
-
-
-def samples_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
-    return spark.createDataFrame(rows, SILVER_GPU_SAMPLES.schema)
+from tests.rows import GIB, T0, job_row, jobs_frame, sample_rows, samples_frame, use
 
 
 def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The hand-computed month: jobs 1..8 and their telemetry (see each comment)."""
+    alice, bob, carol = (
+        {"user": u, "account": a, "partition": p}
+        for u, a, p in (("alice", "ml", "gpu"), ("bob", "ml", "gpu"), ("carol", "phys", "gpu"))
+    )
     jobs = [
         # 1: 2 GPUs, one busy at 80 %, one idle; 8 cores used 4 core-h; 64 GiB requested, 16 GiB peak.
         job_row(
             job_id="1",
-            user="alice",
-            account="ml",
-            partition="gpu",
-            alloc_cpus=8,
-            total_cpu_s=14400.0,
-            req_mem_bytes=64 * GIB,
-            max_rss_bytes=16 * GIB,
+            **alice,
+            **use(8, 4.0, 64, 16),
             alloc_gpus=2,
             gpu_model="A100-SXM4-80GB",
             timelimit_s=7200,
         ),
         # 2: 1 GPU, no telemetry at all: unknown, not 0 %.
-        job_row(
-            job_id="2",
-            user="alice",
-            account="ml",
-            partition="gpu",
-            alloc_cpus=4,
-            total_cpu_s=14400.0,
-            req_mem_bytes=8 * GIB,
-            max_rss_bytes=8 * GIB,
-            alloc_gpus=1,
-        ),
+        job_row(job_id="2", **alice, **use(4, 4.0, 8, 8), alloc_gpus=1),
         # 3 and 4: share one GPU (two label copies of every sample) at 60 %.
-        job_row(
-            job_id="3",
-            user="bob",
-            account="ml",
-            partition="gpu",
-            alloc_cpus=1,
-            total_cpu_s=3600.0,
-            req_mem_bytes=GIB,
-            max_rss_bytes=GIB,
-            alloc_gpus=1,
-        ),
-        job_row(
-            job_id="4",
-            user="bob",
-            account="ml",
-            partition="gpu",
-            alloc_cpus=1,
-            total_cpu_s=3600.0,
-            req_mem_bytes=GIB,
-            max_rss_bytes=GIB,
-            alloc_gpus=1,
-        ),
+        job_row(job_id="3", **bob, **use(1, 1.0, 1, 1), alloc_gpus=1),
+        job_row(job_id="4", **bob, **use(1, 1.0, 1, 1), alloc_gpus=1),
         # 5: a 3g.40gb MIG slice at 50 % holding 4 GiB.
-        job_row(
-            job_id="5",
-            user="bob",
-            account="ml",
-            partition="gpu",
-            alloc_cpus=1,
-            total_cpu_s=3600.0,
-            req_mem_bytes=GIB,
-            max_rss_bytes=GIB,
-            alloc_gpus=1,
-        ),
+        job_row(job_id="5", **bob, **use(1, 1.0, 1, 1), alloc_gpus=1),
         # 6: two nodes, one GPU each, attributed by overlap (no hpc_job label); g05 reports only 30 min.
-        job_row(
-            job_id="6",
-            user="carol",
-            account="phys",
-            partition="gpu",
-            alloc_cpus=16,
-            total_cpu_s=43200.0,
-            req_mem_bytes=32 * GIB,
-            max_rss_bytes=32 * GIB,
-            alloc_gpus=2,
-            nodes=2,
-            node_list="g04,g05",
-        ),
+        job_row(job_id="6", **carol, **use(16, 12.0, 32, 32), alloc_gpus=2, nodes=2, node_list="g04,g05"),
         # 7: TIMEOUT after 2 h at full use: the whole allocation is a failed run.
         job_row(
             job_id="7",
-            user="carol",
-            account="phys",
-            partition="cpu",
+            **{**carol, "partition": "cpu"},
+            **use(4, 8.0, 8, 8),
             state="TIMEOUT",
-            alloc_cpus=4,
-            total_cpu_s=28800.0,
-            req_mem_bytes=8 * GIB,
-            max_rss_bytes=8 * GIB,
             elapsed_s=7200,
             end_ts=T0 + timedelta(hours=2),
             timelimit_s=7200,
         ),
         # 8: NODE_FAIL: the system's fault, only unused resources count.
-        job_row(
-            job_id="8",
-            user="carol",
-            account="phys",
-            partition="cpu",
-            state="NODE_FAIL",
-            alloc_cpus=2,
-            total_cpu_s=3600.0,
-            req_mem_bytes=4 * GIB,
-            max_rss_bytes=2 * GIB,
-        ),
+        job_row(job_id="8", **{**carol, "partition": "cpu"}, **use(2, 1.0, 4, 2), state="NODE_FAIL"),
         # still running: not in gold yet.
         job_row(job_id="9", user="carol", state="RUNNING", is_final=False, end_ts=None, elapsed_s=None),
     ]
@@ -238,12 +92,30 @@ def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 @pytest.fixture(scope="module")
 def usage(spark: SparkSession) -> dict[str, dict[str, Any]]:
     jobs, samples = scenario()
+    jobs.append(POD)
     df = job_usage(jobs_frame(spark, jobs), samples_frame(spark, samples), load_cluster("demo"))
     return {r["job_id"]: r.asDict() for r in df.collect()}
 
 
+# A Burstable pod: requests 2 CPUs and 4 GiB, may burst to 3.5 CPUs and 8 GiB; its use is unknown.
+POD = job_row(
+    job_id="ml/infer-0",
+    source="k8s",
+    user="dave",
+    account="ml",
+    partition="ml",
+    req_cpus=2,
+    alloc_cpus=2,
+    req_mem_bytes=4 * GIB,
+    alloc_mem_bytes=4 * GIB,
+    limit_cpu_cores=3.5,
+    limit_mem_bytes=8 * GIB,
+    qos="Burstable",
+)
+
+
 def test_only_finished_jobs_in_the_month_they_ended(usage: dict[str, dict[str, Any]]) -> None:
-    assert sorted(usage) == ["1", "2", "3", "4", "5", "6", "7", "8"]
+    assert sorted(usage) == ["1", "2", "3", "4", "5", "6", "7", "8", "ml/infer-0"]
     assert {r["month"] for r in usage.values()} == {"2026-11"}
 
 
@@ -341,24 +213,26 @@ def test_failed_runs(usage: dict[str, dict[str, Any]]) -> None:
     )
 
 
+def test_pod_limits_beside_request_based_figures_and_unknown_use(usage: dict[str, dict[str, Any]]) -> None:
+    pod = usage["ml/infer-0"]
+    assert (pod["limit_cpu_cores"], pod["limit_mem_bytes"], pod["req_mem_bytes"]) == (3.5, 8 * GIB, 4 * GIB)
+    # Allocated by the requests: 2 core-h and 4 GiB-h = 2 × 0.031611 + 4 × 0.004237 = 0.08017 $.
+    assert (pod["cpu_alloc_core_h"], pod["mem_alloc_gib_h"]) == (2.0, 4.0)
+    assert pod["alloc_usd"] == pytest.approx(0.08017, abs=1e-6)
+    # No CPU time, no memory peak in a pod object: use and waste unknown, not 0; nothing wasted counted.
+    unknown = ("cpu_used_core_h", "cpu_wasted_core_h", "cpu_eff_pct", "mem_used_gib_h", "mem_wasted_gib_h")
+    assert [pod[c] for c in (*unknown, "mem_eff_pct", "cpu_wasted_usd", "mem_wasted_usd")] == [None] * 8
+    assert pod["wasted_usd"] == 0.0
+    # Slurm jobs have no limit columns.
+    assert (usage["1"]["limit_cpu_cores"], usage["1"]["limit_mem_bytes"]) == (None, None)
+
+
 def test_failure_cause_from_gold_failures_wins(spark: SparkSession) -> None:
+    # 12: cancelled by its user: diagnosed, but a cancelled job is not a failed run.
     jobs = [
-        job_row(
-            job_id="10",
-            state="FAILED",
-            alloc_cpus=2,
-            total_cpu_s=3600.0,
-            req_mem_bytes=GIB,
-            max_rss_bytes=GIB,
-        ),
-        job_row(
-            job_id="11",
-            state="OUT_OF_MEMORY",
-            alloc_cpus=2,
-            total_cpu_s=7200.0,
-            req_mem_bytes=GIB,
-            max_rss_bytes=GIB,
-        ),
+        job_row(job_id="10", state="FAILED", **use(2, 1.0, 1, 1)),
+        job_row(job_id="11", state="OUT_OF_MEMORY", **use(2, 2.0, 1, 1)),
+        job_row(job_id="12", state="CANCELLED", **use(2, 2.0, 1, 1)),
     ]
     failures = spark.createDataFrame(
         [
@@ -367,17 +241,6 @@ def test_failure_cause_from_gold_failures_wins(spark: SparkSession) -> None:
             ("demo", "12", "cancelled", True),
         ],
         "cluster string, job_id string, cause string, user_fixable boolean",
-    )
-    # 12: cancelled by its user: diagnosed, but a cancelled job is not a failed run.
-    jobs.append(
-        job_row(
-            job_id="12",
-            state="CANCELLED",
-            alloc_cpus=2,
-            total_cpu_s=7200.0,
-            req_mem_bytes=GIB,
-            max_rss_bytes=GIB,
-        )
     )
     empty = samples_frame(spark, [])
     rows = {
@@ -422,13 +285,7 @@ def test_array_task_samples_labelled_with_the_raw_job_id(spark: SparkSession) ->
     # dcgm-exporter's hpc_job is SLURM_JOB_ID: for array task 20_3 that is its raw id 23.
     jobs = [
         job_row(
-            job_id="20_3",
-            job_id_raw="23",
-            array_job_id="20",
-            alloc_cpus=1,
-            total_cpu_s=3600.0,
-            alloc_gpus=1,
-            partition="gpu",
+            job_id="20_3", job_id_raw="23", array_job_id="20", **use(1, 1.0), alloc_gpus=1, partition="gpu"
         )
     ]
     samples = sample_rows("23", "g07", "GPU-i", 70.0)
