@@ -112,12 +112,17 @@ _SBATCH_ALIASES = {"tasks": "ntasks", "name": "job-name", "workdir": "chdir", "m
 _DIRECTIVE_RE = re.compile(r"^\s*#(SBATCH|PBS)\b\s*(.*)$")
 
 
+def _tokens(body: str) -> list[str]:
+    """A directive line's words, shell-quoted; split on blanks when its quotes do not close."""
+    try:
+        return shlex.split(body, comments=True, posix=True)
+    except ValueError:
+        return body.split("#", 1)[0].split()
+
+
 def _sbatch_options(body: str) -> list[tuple[str, str | None]]:
     """(long option name, value or None) pairs of one #SBATCH line's text."""
-    try:
-        tokens = shlex.split(body, comments=True, posix=True)
-    except ValueError:
-        tokens = body.split("#", 1)[0].split()
+    tokens = _tokens(body)
     out: list[tuple[str, str | None]] = []
     i = 0
     while i < len(tokens):
@@ -151,10 +156,7 @@ def _sbatch_options(body: str) -> list[tuple[str, str | None]]:
 
 def _pbs_options(body: str) -> list[tuple[str, str | None]]:
     """(option, value) pairs of one #PBS line: `-l` resource lists split into `l:<resource>` entries."""
-    try:
-        tokens = shlex.split(body, comments=True, posix=True)
-    except ValueError:
-        tokens = body.split("#", 1)[0].split()
+    tokens = _tokens(body)
     out: list[tuple[str, str | None]] = []
     i = 0
     while i < len(tokens):
