@@ -110,6 +110,7 @@ def log_target(
         mlflow.log_metrics(_flat_metrics(result.metrics))
         mlflow.log_dict({"features": predictor.features}, "features.json")
         mlflow.log_dict(result.metrics, "metrics.json")
+        mlflow.log_dict(predictor.selection, "selection.json")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "predictor.pkl"
             path.write_bytes(pickle.dumps(predictor))

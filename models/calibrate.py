@@ -104,18 +104,21 @@ def capped_offset(
     n_total: int | None = None,
     step: float = 0.0,
     confidence: float | None = None,
+    scale: np.ndarray | None = None,
 ) -> float:
     """Conformal log-shift for recommendations min(round_up(predicted x e^c, step), request), with the
     rate counted over jobs whose request sufficed. A job that needed more than it requested (censored
     OOM/TIMEOUT) is short under any capped recommendation, the request included: it is left out of the
     budget and the scores. `fixed_failures` / `n_total` describe other jobs of the slice whose
-    prediction the shift does not move; `confidence` as in `failure_budget`. +inf when the slice is too
-    small for any budget."""
+    prediction the shift does not move; `confidence` as in `failure_budget`; `scale` divides each job's
+    score (the shift applied to a job is then c x its scale). +inf when the slice is too small."""
     required = np.asarray(required, dtype="float64")
     request = np.asarray(request, dtype="float64")
     short = short_at_request(required, request)
     threshold = rounding_threshold(required[~short], step)
     scores = shortfall_scores(threshold, np.asarray(predicted, dtype="float64")[~short])
+    if scale is not None:
+        scores = scores / np.asarray(scale, dtype="float64")[~short]
     n_total = (len(required) if n_total is None else n_total) - int(short.sum())
     return conformal_offset(scores, rate, fixed_failures, n_total, confidence)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import lightgbm as lgb
 import numpy as np
@@ -12,8 +12,8 @@ import pandas as pd
 from features.scripts import TextEmbedder, fit_text_embedder
 from features.table import TARGETS, TargetSpec, base_feature_columns
 from models.baselines import Baseline, fit_baselines
-from models.calibrate import cap_at_request, capped_offset, round_up
-from models.metrics import evaluate_predictions
+from models.calibrate import cap_at_request, capped_offset, max_expected_rate, round_up
+from models.metrics import evaluate_predictions, headline
 
 # A target is trained only with at least this many jobs that measured it (train + calibration + test).
 MIN_TARGET_ROWS = 200
@@ -23,7 +23,8 @@ MIN_TARGET_ROWS = 200
 class TrainParams:
     """Model and split settings (logged to MLflow as parameters)."""
 
-    quantile: float = 0.9
+    # None: choose among QUANTILES x SPREADS on the calibration slice (see `train_target`).
+    quantile: float | None = None
     num_boost_round: int = 300
     learning_rate: float = 0.05
     num_leaves: int = 31
@@ -36,14 +37,19 @@ class TrainParams:
     num_threads: int = 1
     max_bin: int = 63
     seed: int = 0
-    # Weight training rows by the metric's resource weight (elapsed, allocated CPUs) when True.
-    weighted: bool = False
     # Calibration holds with this probability over the calibration slice (models.calibrate.failure_budget);
     # None: only in expectation, which a small slice with bursts of one user's jobs broke on the demo month.
     confidence: float | None = 0.9
-    # Mondrian calibration: the column whose value (cut at `group_edges`) picks a job's calibration group.
-    group_col: str | None = None
-    group_edges: tuple[float, ...] = ()
+    # None: choose among SPREADS with the quantile; else "none" or "history".
+    spread: str | None = None
+
+
+# Candidate quantiles and conformal score scalings tried on the calibration slice. "history" divides the
+# shortfall score by the user's own spread (p90 - p50 of log need, + 0.1; 5 without history), so jobs of
+# erratic users get wide margins (capped at the request) and steady users tight ones. Measured on the
+# real SWF logs (docs/prediction.md): no single choice won on every log, so the calibration slice picks.
+QUANTILES = (0.9, 0.5, 0.95)
+SPREADS = ("none", "history")
 
 
 @dataclass(frozen=True)
@@ -87,19 +93,16 @@ class Predictor:
     rate: float
     floor: float
     params: TrainParams = field(default_factory=TrainParams)
-    # Mondrian calibration: jobs are grouped by `group_col` cut at `group_edges` (np.digitize), and each
-    # group has its own offset; a group absent from `offsets` falls back to the request.
-    group_col: str | None = None
-    group_edges: tuple[float, ...] = ()
-    offsets: dict[int, float] = field(default_factory=dict)
-    # Recommendation for a job without a request whose group could not be calibrated (target unit).
+    # How the conformal score is scaled per job ("none" or "history", see SPREADS).
+    spread: str = "none"
+    # Recommendation for a job without a request when the slice was too small to calibrate (target unit).
     fallback: float = math.inf
+    # The candidates tried on the calibration slice and how each did there (see `select_variant`).
+    selection: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        # Predictors pickled before groups and rounding existed: one global offset, no groups.
-        defaults = {"group_col": None, "group_edges": (), "fallback": math.inf}
-        self.__dict__.update({**defaults, **state})
-        self.__dict__.setdefault("offsets", {0: state["offset_log"]})
+        # Predictors pickled before spreads and rounding existed: one unscaled offset.
+        self.__dict__.update({"spread": "none", "fallback": math.inf, "selection": {}, **state})
 
     @property
     def features(self) -> list[str]:
@@ -121,24 +124,17 @@ class Predictor:
         raw = np.exp(self.booster.predict(self.design(table), num_threads=self.params.num_threads))
         return np.maximum(raw, self.floor)
 
-    def groups(self, table: pd.DataFrame) -> np.ndarray:
-        """The calibration group of each row (0 for all when calibration is not grouped)."""
-        if self.group_col is None:
-            return np.zeros(len(table), dtype="int64")
-        return calibration_groups(table[self.group_col].to_numpy(dtype="float64"), self.group_edges)
-
-    def row_offsets(self, table: pd.DataFrame) -> np.ndarray:
-        """Each row's conformal log-offset (+inf: its group holds no calibration quantile)."""
-        groups = self.groups(table)
-        return np.array([self.offsets.get(int(g), math.inf) for g in groups], dtype="float64")
+    def scale(self, table: pd.DataFrame) -> np.ndarray:
+        """Each row's conformal score scale (1 without a spread)."""
+        return score_scale(table, self.target, self.spread)
 
     def predict(self, table: pd.DataFrame) -> np.ndarray:
-        """The calibrated recommendation: raw x exp(offset of the row's group), rounded up to the target's
-        step (whole CPUs, 256 MiB, minutes), at most the job's own request where it states one (the
-        calibration assumed both). Where the group had too few calibration jobs: the request (or,
+        """The calibrated recommendation: raw x exp(offset x the row's score scale), rounded up to the
+        target's step (whole CPUs, 256 MiB, minutes), at most the job's own request where it states one
+        (the calibration assumed both). When the calibration slice was too small: the request (or,
         without one, the fallback)."""
         spec = TARGETS[self.target]
-        offsets = self.row_offsets(table)
+        offsets = self.offset_log * self.scale(table)
         raw = self.predict_raw(table)
         request = (
             table[spec.request].to_numpy(dtype="float64")
@@ -156,9 +152,13 @@ class Predictor:
         return float((math.exp(self.offset_log) - 1) * 100) if math.isfinite(self.offset_log) else math.inf
 
 
-def calibration_groups(values: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
-    """Group index per value: the number of edges at or below it (np.digitize); NaN counts as 0."""
-    return np.digitize(np.nan_to_num(values, nan=0.0), np.asarray(edges, dtype="float64")).astype("int64")
+def score_scale(table: pd.DataFrame, target: str, spread: str) -> np.ndarray:
+    """Per-row divisor of the conformal score: 1 for "none"; for "history" the user's p90 - p50 of the
+    log need before submit + 0.1 (5.1 for a user without history)."""
+    if spread == "none":
+        return np.ones(len(table))
+    width = (table[f"u_{target}_hist_p90"] - table[f"u_{target}_hist_p50"]).to_numpy(dtype="float64")
+    return np.where(np.isfinite(width), width, 5.0) + 0.1
 
 
 @dataclass
@@ -191,11 +191,6 @@ def _fit_booster(
     )  # type: ignore[arg-type]
     design = shell.design(train)
     label = np.log(train[spec.actual].to_numpy(dtype="float64"))
-    weight = None
-    if params.weighted:
-        # Rows count by the resource-time their waste is measured in; normalised to mean 1.
-        raw_weight = np.nan_to_num(train[spec.weight].to_numpy(dtype="float64"), nan=1.0).clip(1e-6)
-        weight = raw_weight / raw_weight.mean()
     booster = lgb.train(
         {
             "objective": "quantile",
@@ -209,7 +204,7 @@ def _fit_booster(
             "deterministic": True,
             "verbosity": -1,
         },
-        lgb.Dataset(design, label=label, weight=weight, categorical_feature=categorical, free_raw_data=True),
+        lgb.Dataset(design, label=label, categorical_feature=categorical, free_raw_data=True),
         num_boost_round=params.num_boost_round,
     )
     return booster, embedder, numeric, categorical, categories
@@ -218,21 +213,52 @@ def _fit_booster(
 def calibrate(
     predictor: Predictor, cal: pd.DataFrame, spec: TargetSpec, rate: float, confidence: float | None
 ) -> None:
-    """Set the predictor's conformal offsets from the calibration slice: one pooled, one per group (the
-    rounding to the target's step and the cap at the request are part of what is calibrated)."""
+    """Set the predictor's conformal offset from the calibration slice (the score scale, the rounding to
+    the target's step and the cap at the request are part of what is calibrated)."""
     required = cal[f"{spec.name}_required"].to_numpy(dtype="float64")
-    raw = predictor.predict_raw(cal)
     request = cal[spec.request].to_numpy(dtype="float64")
-    predictor.offset_log = capped_offset(required, raw, request, rate, step=spec.step, confidence=confidence)
-    groups = predictor.groups(cal)
-    predictor.offsets = {}
-    for group in np.unique(groups):
-        mask = groups == group
-        predictor.offsets[int(group)] = capped_offset(
-            required[mask], raw[mask], request[mask], rate, step=spec.step, confidence=confidence
-        )
+    predictor.offset_log = capped_offset(
+        required,
+        predictor.predict_raw(cal),
+        request,
+        rate,
+        step=spec.step,
+        confidence=confidence,
+        scale=predictor.scale(cal),
+    )
     need = required[np.isfinite(required)]
     predictor.fallback = float(need.max()) if len(need) else math.inf
+
+
+def select_variant(
+    candidates: list[Predictor], cal: pd.DataFrame, spec: TargetSpec, rate: float, params: TrainParams
+) -> Predictor:
+    """The candidate to keep: each is calibrated on the older half of the calibration slice and measured
+    on its newer half; the one reclaiming most there while keeping the rate (within sampling error)
+    wins, the first candidate on ties or when none keeps it. The test slice is never looked at."""
+    ordered = cal.sort_values("submit_ts", kind="mergesort")
+    older, newer = ordered.iloc[: len(ordered) // 2], ordered.iloc[len(ordered) // 2 :]
+    best, best_score = candidates[0], -math.inf
+    tried: dict[str, dict[str, float]] = {}
+    for candidate in candidates:
+        calibrate(candidate, older, spec, rate, params.confidence)
+        m = evaluate_predictions(newer, spec, candidate.predict(newer))
+        counted = int(m["n"]) - int(m["n_short_at_request"])
+        ok = float(m["under_rate"]) <= max_expected_rate(rate, counted)
+        score = headline(m) if ok else -math.inf
+        tried[_variant_name(candidate)] = {
+            "under_rate": float(m["under_rate"]),
+            "headline": headline(m),
+            "within_rate": float(ok),
+        }
+        if score > best_score:
+            best, best_score = candidate, score
+    best.selection = tried
+    return best
+
+
+def _variant_name(predictor: Predictor) -> str:
+    return f"q{predictor.params.quantile}-{predictor.spread}"
 
 
 def _measure(
@@ -262,12 +288,29 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
     for name, part in (("training", split.train), ("calibration", split.cal), ("test", split.test)):
         if len(part) == 0:
             raise ValueError(f"{spec.name}: the {name} slice is empty")
-    booster, embedder, numeric, categorical, categories = _fit_booster(split.train, spec, params)
-    predictor = Predictor(
-        spec.name, booster, embedder, numeric, categorical, categories, 0.0, rate, spec.floor, params
-    )
-    if params.group_col:
-        predictor.group_col, predictor.group_edges = params.group_col, params.group_edges
+    candidates = []
+    for quantile in QUANTILES if params.quantile is None else (params.quantile,):
+        fixed = replace(params, quantile=quantile)
+        booster, embedder, numeric, categorical, categories = _fit_booster(split.train, spec, fixed)
+        for spread in SPREADS if params.spread is None else (params.spread,):
+            candidates.append(
+                Predictor(
+                    spec.name,
+                    booster,
+                    embedder,
+                    numeric,
+                    categorical,
+                    categories,
+                    0.0,
+                    rate,
+                    spec.floor,
+                    replace(fixed, spread=spread),
+                    spread,
+                )
+            )
+    predictor = candidates[0]
+    if len(candidates) > 1:
+        predictor = select_variant(candidates, split.cal, spec, rate, params)
     calibrate(predictor, split.cal, spec, rate, params.confidence)
     baselines = fit_baselines(split.train, split.cal, spec, rate, params.confidence)
     metrics = _measure(predictor, baselines, split.test, spec)

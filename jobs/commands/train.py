@@ -9,7 +9,7 @@ from jobs.commands import add_common
 from jobs.context import Context, UsageError
 from jobs.mlflow_registry import configure, load_champion, log_history_snapshot, log_target
 from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
-from models.train import TrainParams, evaluate_target, train_target
+from models.train import QUANTILES, SPREADS, TrainParams, evaluate_target, train_target
 
 
 def target_list(value: str) -> list[str]:
@@ -33,16 +33,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--targets", type=target_list, default=list(TARGETS), help="comma-separated (default all)")
     p.add_argument("--rounds", type=int, default=TrainParams.num_boost_round, help="boosting rounds")
-    p.add_argument("--quantile", type=float, default=TrainParams.quantile, help="LightGBM quantile (0-1)")
+    p.add_argument(
+        "--quantile",
+        type=float,
+        default=None,
+        help=f"LightGBM quantile (0-1); default: the calibration slice picks among {QUANTILES}",
+    )
+    p.add_argument(
+        "--spread",
+        choices=SPREADS,
+        default=None,
+        help="conformal score scaling: none, or history (by the user's own spread); default: the "
+        "calibration slice picks",
+    )
     add_common(p, cluster_required=True)
     p.set_defaults(func=run)
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    if args.rounds < 1 or not 0 < args.quantile < 1:
+    if args.rounds < 1 or (args.quantile is not None and not 0 < args.quantile < 1):
         raise UsageError("--rounds must be >= 1 and --quantile between 0 and 1")
     rate = ctx.settings.predict.underprovision_rate
-    params = TrainParams(quantile=args.quantile, num_boost_round=args.rounds)
+    params = TrainParams(quantile=args.quantile, num_boost_round=args.rounds, spread=args.spread)
     config = cluster_config(ctx, args.cluster)
     ctx.progress(f"reading silver.jobs for {args.cluster} ...")
     jobs = read_jobs(ctx, args.cluster)
@@ -69,6 +81,11 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             **outcome,
             "rows": result.rows,
             "test_start": str(result.test_start),
+            "variant": {
+                "quantile": result.predictor.params.quantile,
+                "spread": result.predictor.spread,
+                "tried": result.predictor.selection,
+            },
             "metrics": result.metrics,
         }
     report["skipped"] = skipped
@@ -91,7 +108,8 @@ def _text(report: dict[str, object]) -> str:
         model = info["metrics"]["model"]
         state = "champion" if info["promoted"] else "not promoted"
         lines.append(
-            f"  {target:8s} v{info['version']} ({state}: {info['why']}); held-out under-provision "
+            f"  {target:8s} v{info['version']} (quantile {info['variant']['quantile']}, spread "
+            f"{info['variant']['spread']}; {state}: {info['why']}); held-out under-provision "
             f"{model['under_rate']:.1%}, reclaimed {model['reclaimed_h']:.4g} "
             f"of {model['reclaimable_h']:.4g} h"
         )
