@@ -35,14 +35,19 @@ GPU_MEM = {"A100-SXM4-80GB": 80 * GIB}
 CLI_ARGS = ("--cluster", "demo", "--user", "u1", "--json")
 
 
-def bench_training(n_jobs: int, threads: int, rounds: int) -> dict[str, float]:
+def bench_training(n_jobs: int, threads: int, rounds: int, quantile: float | None) -> dict[str, float]:
     """Seconds for the feature table and for each target's training at one size."""
     jobs, scripts = synthetic_cluster(n_jobs, n_users=max(40, n_jobs // 2500), seed=1)
     times: dict[str, float] = {}
     t = time.perf_counter()
     table = build_training_table(jobs, scripts, GPU_MEM)
     times["features"] = time.perf_counter() - t
-    params = TrainParams(num_boost_round=rounds, num_threads=threads)
+    params = TrainParams(
+        num_boost_round=rounds,
+        num_threads=threads,
+        quantile=quantile,
+        spread=None if quantile is None else "none",
+    )
     for name, spec in TARGETS.items():
         t = time.perf_counter()
         train_target(table, spec, params, 0.02)
@@ -129,12 +134,20 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=30, help="recommend calls to time")
     parser.add_argument("--recommend-jobs", type=int, default=20000, help="jobs in the recommend warehouse")
     parser.add_argument("--skip-recommend", action="store_true")
+    parser.add_argument(
+        "--quantile",
+        type=float,
+        default=None,
+        help="train one quantile, unscaled (jobfit train --quantile Q --spread none); default: "
+        "train's selection among 3 quantiles x 2 scales",
+    )
     args = parser.parse_args()
     sizes = [20000] if args.quick else [int(s) for s in args.sizes.split(",")]
     threads = [1] if args.quick else [int(t) for t in args.threads.split(",")]
     rounds = 50 if args.quick else args.rounds
     calls = 10 if args.quick else args.calls
-    print(f"training ({rounds} rounds; seconds; features = pandas feature table incl. as-of-submit history)")
+    what = "selection among 3 quantiles" if args.quantile is None else f"quantile {args.quantile} only"
+    print(f"training ({rounds} rounds, {what}; seconds; features = pandas feature table incl. history)")
     print(
         f"{'jobs':>9s} {'threads':>7s} {'features':>9s} "
         + " ".join(f"{t:>8s}" for t in TARGETS)
@@ -142,7 +155,7 @@ def main() -> None:
     )
     for n in sizes:
         for th in threads:
-            r = bench_training(n, th, rounds)
+            r = bench_training(n, th, rounds, args.quantile)
             cells = " ".join(f"{r[t]:8.1f}" for t in TARGETS)
             print(f"{n:9d} {th:7d} {r['features']:9.1f} {cells} {r['total']:8.1f}", flush=True)
     if not args.skip_recommend:

@@ -8,7 +8,7 @@ import pytest
 
 from features.history import with_history
 from features.scripts import fit_text_embedder, parse_model_params, with_script_features
-from features.table import build_training_table, with_targets
+from features.table import build_training_table, history_features, history_snapshot_columns, with_targets
 from tests.predict_data import GIB, synthetic_cluster
 
 T0 = pd.Timestamp("2026-03-01 00:00:00")
@@ -132,3 +132,20 @@ def test_script_features_and_embedding() -> None:
     assert np.allclose(vectors[same].to_numpy(), vectors[same].to_numpy()[0])
     unseen = emb.transform(pd.Series(["#!/bin/bash\nsrun ./never_seen_binary --flag"]))
     assert unseen.shape == (1, 4) and np.isfinite(unseen.to_numpy()).all()
+
+
+def test_single_query_history_equals_the_running_statistics() -> None:
+    # `jobfit recommend` asks for one job: the direct final-state path must give what the running
+    # statistics over every prefix give for the same query (compared with a two-query call).
+    jobs, scripts = synthetic_cluster(400, n_users=4, seed=3)
+    table = build_training_table(jobs, scripts, {"A100-SXM4-80GB": 80 * GIB})
+    history = table[history_snapshot_columns()]
+    for user in ("u0", "u3"):
+        query = table[table["user"] == user].iloc[[-1]][["user", "script_key", "submit_ts"]]
+        single = history_features(history, query)
+        both = history_features(history, pd.concat([query, query.assign(user="nobody")])).iloc[[0]]
+        cols = [c for c in single.columns if c.startswith(("u_", "us_"))]
+        assert single["u_n"].iloc[0] > 50
+        np.testing.assert_allclose(
+            single[cols].to_numpy(dtype=float), both[cols].to_numpy(dtype=float), rtol=1e-12, atol=1e-12
+        )
