@@ -1,5 +1,9 @@
 """The shared ingest path: read input files (plain, gzip, stdin), land raw lines in bronze, quarantine
-rejects, print counts. Each source (`jobs/ingest_<source>.py`) adds its parse and silver writes."""
+rejects, print counts. Each source (`jobs/ingest_<source>.py`) adds its parse and silver writes.
+
+Two ways in: `read_inputs` loads every file's lines on the driver (small sources: sacct dumps, pods,
+scripts); `scan_inputs` + `lines_frame` only hash the files on the driver and let Spark read their lines
+(bulk sources such as DCGM telemetry, where the driver would otherwise hold every line)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,11 @@ from jobs.tables import MergeCounts, merge_into
 from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Spark reads a file whole (one string per file) to number its lines; a JVM string stops short of 2 GiB.
+SPARK_WHOLE_FILE_MAX_BYTES = 1 << 30
+_CHUNK = 1 << 20
+# Hadoop paths cannot hold a colon (`node-2026-11-03T10:00:00Z.prom`) and read glob characters as globs.
+HADOOP_UNSAFE = frozenset(":*?[]{}\\")
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,16 @@ def _expand(paths: Iterable[str]) -> list[str]:
     return expanded
 
 
+def read_source_file_bytes(name: str, data: bytes) -> bytes:
+    """The content of an input: gunzipped when it starts with gzip's magic bytes."""
+    if data[:2] != GZIP_MAGIC:
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as exc:
+        raise UsageError(f"{name}: not a readable gzip file ({exc})") from exc
+
+
 def read_source_file(path: str) -> SourceFile:
     """Read one input (`-` is stdin; gzip is detected by its magic bytes, not its name)."""
     if path == "-":
@@ -93,13 +112,141 @@ def read_source_file(path: str) -> SourceFile:
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
         name = str(p)
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise UsageError(f"{name}: not a readable gzip file ({exc})") from exc
+    data = read_source_file_bytes(name, data)
     text = data.decode("utf-8", errors="replace")
     return SourceFile(name=name, sha256=hashlib.sha256(data).hexdigest(), lines=text.splitlines())
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """One input not loaded on the driver: its name, the sha256 of its (decompressed) content, its first
+    content line, and whether Spark's text reader yields exactly its lines (a plain file, or gzip named
+    `*.gz`, under SPARK_WHOLE_FILE_MAX_BYTES, with a path Hadoop accepts); stdin's bytes are kept in
+    `data`."""
+
+    name: str
+    sha256: str
+    first_line: str
+    spark_readable: bool
+    data: bytes | None = None
+
+
+def _first_content_line(head: bytes) -> str:
+    text = head.decode("utf-8", errors="replace")
+    return next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+
+
+def scan_input(path: str) -> InputRef:
+    """Hash one input in chunks (gzip by its magic bytes) and peek at its first content line."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        if data[:2] == GZIP_MAGIC:
+            data = read_source_file_bytes("<stdin>", data)
+        return InputRef(
+            "<stdin>", hashlib.sha256(data).hexdigest(), _first_content_line(data[:65536]), False, data
+        )
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"no such file: {path}")
+    if not p.is_file():
+        raise UsageError(f"not a regular file: {path}")
+    digest, head = hashlib.sha256(), b""
+    try:
+        with p.open("rb") as raw:
+            is_gzip = raw.read(2) == GZIP_MAGIC
+            raw.seek(0)
+            stream = gzip.GzipFile(fileobj=raw) if is_gzip else raw
+            size = 0
+            while chunk := stream.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                if len(head) < 65536:
+                    head += chunk[:65536]
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except EOFError as exc:
+        raise UsageError(f"{path}: not a readable gzip file ({exc})") from exc
+    readable = (
+        is_gzip == p.name.endswith(".gz")
+        and size < SPARK_WHOLE_FILE_MAX_BYTES
+        and not HADOOP_UNSAFE.intersection(str(p.resolve()))
+    )
+    return InputRef(str(p), digest.hexdigest(), _first_content_line(head), readable)
+
+
+def scan_inputs(paths: Iterable[str]) -> list[InputRef]:
+    """Every input, directories expanded, hashed but not loaded; a UsageError (exit 2) for a missing one."""
+    expanded = _expand(paths)
+    if not expanded:
+        raise UsageError("no input files given")
+    return [scan_input(p) for p in expanded]
+
+
+def lines_frame(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
+    """The inputs' lines as a bronze-shaped frame (cluster, source_file, file_sha256, line_no from 1, raw,
+    ingested_at), read by Spark where it can (split on \\n, \\r\\n or \\r like str.splitlines); other inputs
+    (stdin, gzip without `.gz`, huge files) go through the driver."""
+    now = ctx.now()
+    spark = ctx.spark
+    by_spark = [r for r in refs if r.spark_readable]
+    frames: list[DataFrame] = []
+    if by_spark:
+        names = spark.createDataFrame(
+            [(str(Path(r.name).resolve()), r.name, r.sha256) for r in by_spark],
+            "path string, source_file string, file_sha256 string",
+        )
+        path = F.url_decode(F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", ""))
+        whole = spark.read.text([str(Path(r.name).resolve()) for r in by_spark], wholetext=True).select(
+            path.alias("path"), F.regexp_replace("value", r"(\r\n|\r|\n)$", "").alias("value")
+        )
+        frames.append(
+            whole.join(F.broadcast(names), on="path", how="inner")
+            .select(
+                F.lit(cluster).alias("cluster"),
+                "source_file",
+                "file_sha256",
+                F.posexplode(F.split("value", r"\r\n|\r|\n")).alias("pos", "raw"),
+            )
+            .select(
+                "cluster",
+                "source_file",
+                "file_sha256",
+                (F.col("pos") + 1).cast("long").alias("line_no"),
+                "raw",
+                F.lit(now).cast("timestamp").alias("ingested_at"),
+            )
+        )
+    by_driver = [r for r in refs if not r.spark_readable]
+    if by_driver:
+        files = [
+            SourceFile(r.name, r.sha256, r.data.decode("utf-8", errors="replace").splitlines())
+            if r.data is not None
+            else read_source_file(r.name)
+            for r in by_driver
+        ]
+        frames.append(bronze_frame(ctx, files, cluster))
+    if not frames:
+        return spark.createDataFrame([], BRONZE_SCHEMA)
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def known_files(ctx: Context, source: str, cluster: str) -> set[str]:
+    """Content hashes of the files already landed in bronze.<source> for the cluster."""
+    from jobs.tables import read_table
+
+    bronze = read_table(ctx.spark, ctx.settings, f"bronze.{source}")
+    rows = bronze.where(F.col("cluster") == cluster).select("file_sha256").distinct().collect()
+    return {r["file_sha256"] for r in rows}
+
+
+def append_bronze(ctx: Context, source: str, lines: DataFrame) -> int:
+    """Append the lines of files not yet in bronze.<source> (the caller skips known files); the row count."""
+    from jobs.tables import append_rows
+
+    return append_rows(ctx.spark, ctx.settings, f"bronze.{source}", lines)
 
 
 def read_inputs(paths: Iterable[str]) -> list[SourceFile]:

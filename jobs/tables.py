@@ -104,20 +104,37 @@ def merge_into(
     df: DataFrame,
     update_when: str | None = None,
     insert_only: bool = False,
+    target_filter: str | None = None,
 ) -> MergeCounts:
     """MERGE `df` into the table on its natural key: insert new keys; update matched rows where
     `update_when` (a SQL condition over `t.` target and `s.` source) holds, or always when it is None.
-    The source must hold one row per key."""
+    `target_filter` (over `t.` only, e.g. the batch's time range) lets Delta skip target files that cannot
+    match; it must hold for every target row a source row could match. The source must hold one row per
+    key."""
     spec = spec_for(name)
     table = ensure_table(spark, settings, spec)
     source = conform(df, spec)
-    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
+    on = " AND ".join(
+        [*(f"t.`{k}` = s.`{k}`" for k in spec.key), *([target_filter] if target_filter else [])]
+    )
     version_before = _version(table)
     merge = table.alias("t").merge(source.alias("s"), on)
     if not insert_only:
         merge = merge.whenMatchedUpdateAll(condition=update_when)
     merge.whenNotMatchedInsertAll().execute()
     return _merge_counts(table, version_before, source)
+
+
+def append_rows(spark: SparkSession, settings: Settings, name: str, df: DataFrame) -> int:
+    """Append `df` to the table (created when missing) without a MERGE: for rows the caller knows are new
+    (bronze lines of files not landed before). Returns the rows appended, from the commit's metrics."""
+    spec = spec_for(name)
+    table = ensure_table(spark, settings, spec)
+    conform(df, spec).write.format("delta").mode("append").save(table_path(settings, name))
+    last = table.history(1).select("operation", "operationMetrics").first()
+    return (
+        int((last["operationMetrics"] or {}).get("numOutputRows", 0)) if last["operation"] == "WRITE" else 0
+    )
 
 
 def replace_where(spark: SparkSession, settings: Settings, name: str, df: DataFrame, predicate: str) -> None:

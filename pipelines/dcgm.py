@@ -76,15 +76,13 @@ def _split_lines(lines: DataFrame, csv_files: list[str]) -> DataFrame:
     )
 
 
-def parse_dcgm_lines(
-    bronze: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(samples: one row per kept metric value, rejects in quarantine shape, unkept metric counts).
-
-    `scrape_ts` maps source_file to the time of lines without a timestamp; `csv_files` lists the sources
-    in CSV long format (their header line is skipped)."""
+def check_dcgm_lines(lines: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]) -> DataFrame:
+    """Every content line parsed (metric, labels, value, ts, host, GPU identity) with `reason` set when it
+    is rejected. `scrape_ts` maps source_file to the time of lines without a timestamp; `csv_files` lists
+    the sources in CSV long format (their header line is skipped). Persist it: rejects, samples and the
+    line tally all read it."""
     trimmed = F.trim(F.col("raw"))
-    lines = bronze.filter((trimmed != "") & ~trimmed.startswith("#") & (F.lower(trimmed) != CSV_HEADER))
+    lines = lines.filter((trimmed != "") & ~trimmed.startswith("#") & (F.lower(trimmed) != CSV_HEADER))
     file_ts = (
         F.create_map(*[F.lit(x) for k, v in scrape_ts.items() for x in (k, v)])
         if scrape_ts
@@ -92,18 +90,33 @@ def parse_dcgm_lines(
     )
     split = _split_lines(lines, csv_files)
     keys = F.regexp_extract_all("label_text", F.lit(_LABEL_RE), 1)
-    vals = F.regexp_extract_all("label_text", F.lit(_LABEL_RE), 2)
+    # Label values are unescaped as Prometheus writes them (\n, \", \\).
+    vals = F.transform(
+        F.regexp_extract_all("label_text", F.lit(_LABEL_RE), 2),
+        lambda v: F.regexp_replace(F.regexp_replace(v, r"\\n", "\n"), r"\\(.)", "$1"),
+    )
     labels_ok = F.col("label_text").rlike(_LABELS_OK_RE) & (F.size(F.array_distinct(keys)) == F.size(keys))
     value = F.col("value_text").try_cast("double")
     ts = F.coalesce(F.col("line_ts"), F.element_at(file_ts, F.col("source_file")).cast("timestamp"))
+    labels = F.col("labels")
+    pod = _label(labels, "pod", "pod_name")
+    namespace = _label(labels, "namespace", "pod_namespace")
+    gi = F.element_at(labels, "GPU_I_ID").try_cast("int")
     parsed = split.withColumn("labels", F.when(labels_ok, F.map_from_arrays(keys, vals))).select(
         "*",
         value.alias("value"),
         ts.alias("ts"),
-        _label(F.col("labels"), "hostname", "Hostname").alias("host"),
-        _label(F.col("labels"), "UUID", "gpu_uuid").alias("uuid"),
-        F.element_at("labels", "gpu").alias("gpu_text"),
-        F.element_at("labels", "GPU_I_ID").alias("gi_text"),
+        _label(labels, "hostname", "Hostname").alias("host"),
+        _label(labels, "UUID", "gpu_uuid").alias("uuid"),
+        F.element_at(labels, "gpu").alias("gpu_text"),
+        gi.alias("mig_gi_id"),
+        _label(labels, "modelName", "model_name").alias("model_name"),
+        _label(labels, "GPU_I_PROFILE").alias("mig_profile"),
+        F.coalesce(
+            _label(labels, "hpc_job"),
+            F.when(pod.isNotNull(), F.concat_ws("/", F.coalesce(namespace, F.lit("")), pod)),
+            F.lit(""),
+        ).alias("label_job"),
     )
     kept = F.col("metric").isin(list(KEPT_METRICS))
     reason = (
@@ -118,7 +131,7 @@ def parse_dcgm_lines(
             F.lit("gpu label is not a number"),
         )
     )
-    checked = parsed.withColumn("reason", reason)
+    checked = parsed.withColumn("reason", reason).withColumn("kept", kept)
     # Time must not go backwards within a series of one file (Prometheus rejects such samples too).
     series = Window.partitionBy("source_file", "metric", "label_text").orderBy("line_no")
     prev = F.max("ts").over(series.rowsBetween(Window.unboundedPreceding, -1))
@@ -134,33 +147,68 @@ def parse_dcgm_lines(
             ),
         ),
     )
-    rejects = checked.filter(F.col("reason").isNotNull()).select(
-        "cluster", F.lit("dcgm").alias("source"), "source_file", "line_no", "raw", "reason", "ingested_at"
-    )
-    good = checked.filter(F.col("reason").isNull())
-    unkept = good.filter(~kept).groupBy("metric").count()
-    labels = F.col("labels")
-    pod = _label(labels, "pod", "pod_name")
-    namespace = _label(labels, "namespace", "pod_namespace")
-    gi = F.col("gi_text").try_cast("int")
-    samples = good.filter(kept).select(
+    # Only what rejects, the tally and the samples need (the label map and texts are the bulk of a line).
+    return checked.select(
         "cluster",
+        "source_file",
+        "line_no",
+        "raw",
+        "ingested_at",
+        "metric",
+        "kept",
+        "reason",
         "host",
         F.concat(
             F.coalesce(F.col("uuid"), F.concat(F.lit("gpu"), F.col("gpu_text"))),
-            F.when(gi.isNotNull(), F.concat(F.lit("/gi"), gi.cast("string"))).otherwise(F.lit("")),
+            F.when(
+                F.col("mig_gi_id").isNotNull(), F.concat(F.lit("/gi"), F.col("mig_gi_id").cast("string"))
+            ).otherwise(F.lit("")),
         ).alias("device"),
         F.col("gpu_text").try_cast("int").alias("gpu"),
         "uuid",
-        _label(labels, "modelName", "model_name").alias("model_name"),
-        gi.alias("mig_gi_id"),
-        _label(labels, "GPU_I_PROFILE").alias("mig_profile"),
+        "model_name",
+        "mig_gi_id",
+        "mig_profile",
         "ts",
-        F.coalesce(
-            _label(labels, "hpc_job"),
-            F.when(pod.isNotNull(), F.concat_ws("/", F.coalesce(namespace, F.lit("")), pod)),
-            F.lit(""),
-        ).alias("label_job"),
+        "label_job",
+        "value",
+    )
+
+
+def rejects_of(checked: DataFrame) -> DataFrame:
+    """The rejected lines of `check_dcgm_lines`, in quarantine shape."""
+    return checked.filter(F.col("reason").isNotNull()).select(
+        "cluster", F.lit("dcgm").alias("source"), "source_file", "line_no", "raw", "reason", "ingested_at"
+    )
+
+
+def line_tally(checked: DataFrame) -> DataFrame:
+    """Lines by outcome: (outcome `rejected` | `kept` | `not kept`, metric — null unless not kept, count)."""
+    outcome = (
+        F.when(F.col("reason").isNotNull(), "rejected").when(F.col("kept"), "kept").otherwise("not kept")
+    )
+    return (
+        checked.select(
+            outcome.alias("outcome"), F.when(outcome == "not kept", F.col("metric")).alias("metric")
+        )
+        .groupBy("outcome", "metric")
+        .count()
+    )
+
+
+def samples_of(checked: DataFrame) -> DataFrame:
+    """One row per accepted line of a kept metric: the sample's identity, its metric and value."""
+    return checked.filter(F.col("reason").isNull() & F.col("kept")).select(
+        "cluster",
+        "host",
+        "device",
+        "gpu",
+        "uuid",
+        "model_name",
+        "mig_gi_id",
+        "mig_profile",
+        "ts",
+        "label_job",
         "metric",
         "value",
         "source_file",
@@ -168,16 +216,60 @@ def parse_dcgm_lines(
         "raw",
         "ingested_at",
     )
-    return samples, rejects, unkept
+
+
+def parse_dcgm_lines(
+    bronze: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(samples: one row per kept metric value, rejects in quarantine shape, unkept metric counts)."""
+    checked = check_dcgm_lines(bronze, scrape_ts, csv_files)
+    unkept = checked.filter(F.col("reason").isNull() & ~F.col("kept")).groupBy("metric").count()
+    return samples_of(checked), rejects_of(checked), unkept
 
 
 SAMPLE_KEY = ("cluster", "host", "device", "ts", "label_job")
 
 
+def archive_rows_as_lines(rows: DataFrame) -> DataFrame:
+    """A long-format archive table (columns `timestamp`, `metric`, `labels`, `value`; `labels` a Prometheus
+    label string or a map) rendered as the CSV archive's lines in `raw`, so both archive forms share one
+    parser and quarantine shows a readable line. Other columns pass through."""
+    types = dict(rows.dtypes)
+    missing = [c for c in ("timestamp", "metric", "labels", "value") if c not in types]
+    if missing:
+        raise ValueError(f"archive lacks column(s) {', '.join(missing)}")
+    ts = F.col("timestamp")
+    ts_text = (
+        F.date_format(ts, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS")
+        if types["timestamp"].startswith("timestamp")
+        else ts.cast("string")
+    )
+    labels = F.col("labels")
+    if types["labels"].startswith("map"):
+        escaped = F.transform(
+            F.map_entries(labels),
+            lambda e: F.concat(
+                e["key"], F.lit('="'), F.regexp_replace(e["value"], r'(["\\])', r"\\$1"), F.lit('"')
+            ),
+        )
+        labels = F.concat_ws(",", escaped)
+    quoted = F.concat(
+        F.lit('"'), F.regexp_replace(F.coalesce(labels.cast("string"), F.lit("")), '"', '""'), F.lit('"')
+    )
+    raw = F.concat_ws(
+        ",",
+        F.coalesce(ts_text, F.lit("")),
+        F.coalesce(F.col("metric").cast("string"), F.lit("")),
+        quoted,
+        F.coalesce(F.col("value").cast("string"), F.lit("")),
+    )
+    return rows.withColumn("raw", raw)
+
+
 def pivot_samples(samples: DataFrame) -> DataFrame:
     """One row per (cluster, host, device, ts, label_job) with the metrics as columns in their units; a
     metric given twice for the same sample keeps its later line. Attribution columns are left empty; `raw`
-    (the sample's first line) rides along for quarantine."""
+    (the sample's first line) rides along for quarantine, `superseded_lines` counts the lines replaced."""
     aggs = []
     for metric, (column, factor) in KEPT_METRICS.items():
         picked = F.max_by(
@@ -196,6 +288,7 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
         F.min("line_no").alias("line_no"),
         F.min_by("raw", "line_no").alias("raw"),
         F.max("ingested_at").alias("ingested_at"),
+        (F.count("*") - F.count_distinct("metric")).alias("superseded_lines"),
     )
     return wide.select(
         *SAMPLE_KEY[:3],
@@ -219,4 +312,5 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
         "line_no",
         "ingested_at",
         "raw",  # the sample's first line, for quarantine by the validation step; not a silver column
+        "superseded_lines",  # lines of a metric given again for the same sample; not a silver column
     )

@@ -13,9 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.context import Context
-from jobs.ingest import bronze_frame, read_source_file
-from jobs.ingest_dcgm import is_csv_archive, scrape_time
-from pipelines.dcgm import parse_dcgm_lines, pivot_samples
+from jobs.ingest import lines_frame, scan_inputs
+from jobs.ingest_dcgm import scrape_time
+from pipelines.dcgm import CSV_HEADER, parse_dcgm_lines, pivot_samples
 
 MIB = 1024**2
 T0 = datetime(2026, 11, 3, 10, 0, 0)
@@ -50,10 +50,10 @@ CSV = "\n".join(
 def _parse(spark: SparkSession, paths: list[Path]):
     ctx = Context(environ={}, quiet=True)
     ctx.use_spark(spark)
-    files = [read_source_file(str(p)) for p in paths]
-    csv = [f.name for f in files if is_csv_archive(f)]
-    scrape = {f.name: scrape_time(f, T0) for f in files if f.name not in csv}
-    samples, rejects, unkept = parse_dcgm_lines(bronze_frame(ctx, files, "demo"), scrape, csv)
+    refs = scan_inputs([str(p) for p in paths])
+    csv = [r.name for r in refs if r.first_line.lower() == CSV_HEADER]
+    scrape = {r.name: scrape_time(r.name, T0) for r in refs if r.name not in csv}
+    samples, rejects, unkept = parse_dcgm_lines(lines_frame(ctx, refs, "demo"), scrape, csv)
     return samples, rejects, unkept
 
 
@@ -176,7 +176,8 @@ def test_cli_ingest_attributes_and_reingests(jobfit, tmp_path: Path) -> None:
     assert (first["read"], first["inserted"], first["quarantined"]) == (4, 3, 1)
     assert first["tables"]["attribution (samples)"] == {"overlap": 1, "label": 1, "unattributed": 1}
     again = json.loads(jobfit("ingest", "dcgm", str(scrape), "--cluster", "demo", "--json").out)
-    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, 3)
+    assert (again["read"], again["inserted"], again["updated"], again["unchanged"]) == (0, 0, 0, 0)
+    assert again["tables"] == {"files already ingested": {"files": 1}}
     rows = json.loads(
         jobfit(
             "sql",
@@ -206,4 +207,84 @@ def test_cli_ingest_attributes_and_reingests(jobfit, tmp_path: Path) -> None:
             "job_id": None,
             "attribution": "unattributed",
         },
+    ]
+
+
+def test_cli_parquet_archive_gzip_and_duplicate_content(jobfit, tmp_path: Path) -> None:
+    """A Parquet archive (timestamp type, labels as a map), a gzip scrape not named .gz (read by the driver),
+    and one content under two names (ingested once)."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    labels = pa.array(
+        [
+            [("gpu", "0"), ("UUID", "GPU-p"), ("hostname", "g010")],
+            [("gpu", "0"), ("UUID", "GPU-p"), ("hostname", "g010"), ("hpc_job", '9"x')],
+            [("gpu", "0"), ("UUID", "GPU-p")],
+        ],
+        type=pa.map_(pa.string(), pa.string()),
+    )
+    table = pa.table(
+        {
+            "timestamp": pa.array([T0, T0, T0], type=pa.timestamp("us")),
+            "metric": ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL"],
+            "labels": labels,
+            "value": [1024.0, 33.0, 1.0],
+        }
+    )
+    pq.write_table(table, tmp_path / "archive.parquet")
+    scrape = f'DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-q",hostname="g011"}} 12 {T0_MS}\n'
+    (tmp_path / "g011.prom").write_bytes(gzip.compress(scrape.encode()))
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "g011-again.prom").write_bytes(gzip.compress(scrape.encode()))
+    out = jobfit("ingest", "dcgm", str(tmp_path), "--cluster", "pq", "--json")
+    assert out.code == 0, out.err
+    report = json.loads(out.out)
+    assert (report["files"], report["read"], report["inserted"], report["quarantined"]) == (3, 4, 3, 1)
+    assert report["tables"]["files already ingested"] == {"files": 1}
+    rows = json.loads(
+        jobfit(
+            "sql",
+            "SELECT host, device, label_job, gpu_util_pct, fb_used_bytes, line_no FROM silver.gpu_samples "
+            "WHERE cluster = 'pq' ORDER BY host, label_job",
+            "--json",
+        ).out
+    )["rows"]
+    assert rows == [
+        {
+            "host": "g010",
+            "device": "GPU-p",
+            "label_job": "",
+            "gpu_util_pct": None,
+            "fb_used_bytes": 1024 * MIB,
+            "line_no": 1,
+        },
+        {
+            "host": "g010",
+            "device": "GPU-p",
+            "label_job": '9"x',
+            "gpu_util_pct": 33.0,
+            "fb_used_bytes": None,
+            "line_no": 2,
+        },
+        {
+            "host": "g011",
+            "device": "GPU-q",
+            "label_job": "",
+            "gpu_util_pct": 12.0,
+            "fb_used_bytes": None,
+            "line_no": 1,
+        },
+    ]
+    quarantined = json.loads(
+        jobfit("sql", "SELECT line_no, raw, reason FROM quarantine WHERE cluster = 'pq'", "--json").out
+    )["rows"]
+    assert quarantined == [
+        {
+            "line_no": 3,
+            "raw": '2026-11-03T10:00:00.000000,DCGM_FI_DEV_GPU_UTIL,"gpu=""0"",UUID=""GPU-p""",1.0',
+            "reason": "no hostname/Hostname label",
+        }
     ]
