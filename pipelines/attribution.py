@@ -2,9 +2,10 @@
 
 Rules, in order:
 1. `label`: the series carries a job label (dcgm-exporter's `hpc_job`, or Kubernetes `namespace/pod`). The
-   label is the job id. A GPU shared by N jobs is exported as N copies of each series: each copy stays its
-   own row (key includes `label_job`), so per-job GPU time must be divided by the copies at that timestamp
-   (`pipelines.waste.with_copies`), never summed.
+   label is the job id, except that a Slurm JobIDRaw (an array task's own number) becomes the task's
+   job_id (`with_raw_job_ids_resolved`). A GPU shared by N jobs is exported as N copies of each series:
+   each copy stays its own row (key includes `label_job`), so per-job GPU time must be divided by the
+   copies at that timestamp (`pipelines.waste.with_copies`), never summed.
 2. `overlap`: no label; exactly one GPU job of the cluster ran on the sample's host at the sample's time
    (start_ts <= ts < end_ts, an open end for a running job; hosts from the job's expanded node_list). When
    the jobs frame has a `gpu_indices` column (e.g. `0,1` or `0-1`), a job only claims those GPU indices.
@@ -49,6 +50,25 @@ def job_gpu_hosts(jobs: DataFrame) -> DataFrame:
     )
 
 
+def with_raw_job_ids_resolved(samples: DataFrame, jobs: DataFrame) -> DataFrame:
+    """Samples whose `job_id` is a job's Slurm JobIDRaw get that job's `job_id`.
+
+    dcgm-exporter's hpc_job label carries SLURM_JOB_ID, which for an array task is its raw id (646000237),
+    while silver.jobs keys the task as 646000236_2. An id that is itself a job's job_id is left alone."""
+    own_ids = jobs.select("cluster", F.col("job_id").alias("job_id_raw"))
+    raw = (
+        jobs.filter(F.col("job_id_raw").isNotNull() & (F.col("job_id_raw") != F.col("job_id")))
+        .select("cluster", "job_id_raw", F.col("job_id").alias("_resolved"))
+        .join(own_ids, on=["cluster", "job_id_raw"], how="left_anti")
+        .dropDuplicates(["cluster", "job_id_raw"])
+    )
+    return (
+        samples.join(raw.withColumnRenamed("job_id_raw", "job_id"), on=["cluster", "job_id"], how="left")
+        .withColumn("job_id", F.coalesce(F.col("_resolved"), F.col("job_id")))
+        .drop("_resolved")
+    )
+
+
 def with_job_attribution(samples: DataFrame, jobs: DataFrame) -> DataFrame:
     """Samples with `job_id` and `attribution` (label | overlap | ambiguous | unattributed) set by the rules
     above; `samples` has silver.gpu_samples columns, `jobs` silver.jobs columns. Same rows, same order of
@@ -59,6 +79,8 @@ def with_job_attribution(samples: DataFrame, jobs: DataFrame) -> DataFrame:
         .withColumn("job_id", F.col("label_job"))
         .withColumn("attribution", F.lit("label"))
     )
+    if "job_id_raw" in jobs.columns:
+        labelled = with_raw_job_ids_resolved(labelled, jobs)
     bare = samples.filter(F.col("label_job") == "").drop("job_id", "attribution")
     hosts = job_gpu_hosts(jobs).alias("j")
     s = bare.alias("s")

@@ -112,3 +112,25 @@ def test_without_gpu_indices_two_jobs_on_one_host_are_ambiguous(spark: SparkSess
     jobs = spark.createDataFrame([j for j in JOBS if j[4] == "g05"], schema=JOBS_SCHEMA).drop("gpu_indices")
     (row,) = with_job_attribution(samples, jobs).collect()
     assert (row["job_id"], row["attribution"]) == (None, "ambiguous")
+
+
+def test_array_task_label_carries_job_id_raw(spark: SparkSession) -> None:
+    """dcgm-exporter's hpc_job is SLURM_JOB_ID: an array task's raw id (sacct JobIDRaw), resolved to the
+    task's job_id; an id that is itself some job's job_id stays as it is."""
+    schema = T.StructType([*JOBS_SCHEMA.fields, T.StructField("job_id_raw", T.StringType())])
+    jobs = spark.createDataFrame(
+        [
+            ("c", "646000236_2", T0, T2, "g01", 1, 1, None, "646000237"),  # array task 2
+            ("c", "700", T0, T2, "g02", 1, 1, None, "700"),  # a plain job
+            ("c", "800_1", T0, T2, "g03", 1, 1, None, "700"),  # raw id clashing with job 700: not used
+        ],
+        schema=schema,
+    )
+    samples = spark.createDataFrame(
+        [_sample("g01", "GPU-1", 0, T1, label="646000237"), _sample("g02", "GPU-2", 0, T1, label="700")],
+        schema=SILVER_GPU_SAMPLES.schema,
+    )
+    got = {
+        r["label_job"]: (r["job_id"], r["attribution"]) for r in with_job_attribution(samples, jobs).collect()
+    }
+    assert got == {"646000237": ("646000236_2", "label"), "700": ("700", "label")}
