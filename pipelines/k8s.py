@@ -2,22 +2,24 @@
 
 Mapping (documented in README): job_id = `namespace/name`, job_id_raw = metadata.uid, partition and account =
 the namespace, job_name = the owning Job (label `job-name`, else the first ownerReference), user = label
-`user` when present. Requests follow the scheduler's rule: max(sum over containers, largest init container),
-a missing request defaulting to the limit. CPUs are rounded up to whole cores (`500m` -> 1); the exact
-request stays in bronze. Limits (`limit_cpu_cores`, exact, and `limit_mem_bytes`) follow the same rule over
-the containers' limits, and are null when any container leaves the resource unlimited (the pod may then use
-what its node has); GPUs have no separate limit (Kubernetes requires request = limit for extended resources).
-GPUs are `nvidia.com/gpu` plus MIG slices (`nvidia.com/mig-1g.10gb`), whose
-profile becomes gpu_model. State: Succeeded COMPLETED, Failed FAILED, Pending PENDING, Running RUNNING,
-Unknown UNKNOWN; a Failed pod with a container terminated `OOMKilled` (any exit code) is OUT_OF_MEMORY, pod
-reason `DeadlineExceeded` is TIMEOUT and `Evicted` is PREEMPTED. Exit 137 with reason `Error` is a kill, not
-an OOM. state_raw keeps `phase[:reason[:exit]]`, with `last:` for a restarted container's last state."""
+`user` when present. Requests follow the scheduler's rule: max(sum over app and sidecar containers, each
+regular init container plus the sidecars started before it), a missing request defaulting to the limit.
+CPUs are rounded up to whole cores (`500m` -> 1); the exact request stays in bronze. Limits
+(`limit_cpu_cores`, exact, and `limit_mem_bytes`) follow the same rule (the pod cgroup's limit), and are
+null when an app or sidecar container leaves the resource unlimited (the pod may then use what its node
+has); GPUs have no separate limit (Kubernetes requires request = limit for extended resources). GPUs are
+`nvidia.com/gpu` plus MIG slices (`nvidia.com/mig-1g.10gb`), whose profile becomes gpu_model. State:
+Succeeded COMPLETED, Failed FAILED, Pending PENDING, Running RUNNING, Unknown UNKNOWN; a Failed pod with a
+container terminated `OOMKilled` (any exit code) is OUT_OF_MEMORY, pod reason `DeadlineExceeded` is TIMEOUT
+and `Evicted` is PREEMPTED. Exit 137 with reason `Error` is a kill, not an OOM. state_raw keeps
+`phase[:reason[:exit]]`, with `last:` for a restarted container's last state."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -91,49 +93,59 @@ def _ts(value: Any) -> datetime | None:
     return parsed.astimezone(UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
 
 
+def _amount(resource: str, raw: str | int | float) -> float:
+    """One quantity of a resource as a plain number: memory and storage in whole bytes."""
+    return memory_bytes(raw) if resource in ("memory", "ephemeral-storage") else parse_quantity(raw)
+
+
 def _resources(container: dict) -> dict[str, float]:
     """A container's effective requests by resource name (request, else limit), in plain numbers."""
     res = container.get("resources") or {}
     limits, requests = res.get("limits") or {}, res.get("requests") or {}
-    out: dict[str, float] = {}
-    for name in set(limits) | set(requests):
-        raw = requests.get(name, limits.get(name))
-        out[name] = memory_bytes(raw) if name in ("memory", "ephemeral-storage") else parse_quantity(raw)
-    return out
+    return {name: _amount(name, requests.get(name, limits.get(name))) for name in set(limits) | set(requests)}
 
 
 def _limits(container: dict) -> dict[str, float]:
     """A container's limits by resource name, in plain numbers (memory in bytes)."""
     limits = (container.get("resources") or {}).get("limits") or {}
-    return {
-        name: memory_bytes(raw) if name in ("memory", "ephemeral-storage") else parse_quantity(raw)
-        for name, raw in limits.items()
-    }
+    return {name: _amount(name, raw) for name, raw in limits.items()}
+
+
+def _is_sidecar(container: dict) -> bool:
+    """A restartable init container (`restartPolicy: Always`): runs beside the app containers."""
+    return container.get("restartPolicy") == "Always"
+
+
+def _pod_effective(spec: dict, amounts: Callable[[dict], dict[str, float]], limits: bool) -> dict[str, float]:
+    """Kubernetes' effective pod amount per resource: max(sum over app and sidecar containers, each regular
+    init container plus the sidecars declared before it). For limits, only resources every app and sidecar
+    container limits (one unlimited container leaves the pod unlimited)."""
+    inits = spec.get("initContainers") or []
+    running = [amounts(c) for c in [*(spec.get("containers") or []), *filter(_is_sidecar, inits)]]
+    if limits:
+        keys = set.intersection(*(set(r) for r in running)) if running else set()
+    else:
+        keys = set().union(*running, *(amounts(c) for c in inits))
+    total = {k: sum(r.get(k, 0) for r in running) for k in keys}
+    sidecars: dict[str, float] = {}
+    for c in inits:
+        own = amounts(c)
+        if _is_sidecar(c):
+            sidecars = {k: sidecars.get(k, 0) + own.get(k, 0) for k in set(sidecars) | set(own)}
+            continue
+        for k in keys & set(own):
+            total[k] = max(total[k], own[k] + sidecars.get(k, 0))
+    return total
 
 
 def pod_limits(spec: dict) -> dict[str, float]:
-    """The pod's limit per resource: max(sum over containers, largest init container), for the resources
-    every (app) container limits; a resource one container leaves unlimited has no pod limit (absent)."""
-    per_container = [_limits(c) for c in spec.get("containers") or []]
-    limited = set.intersection(*(set(c) for c in per_container)) if per_container else set()
-    total = {k: sum(c[k] for c in per_container) for k in limited}
-    for c in spec.get("initContainers") or []:
-        for k, v in _limits(c).items():
-            if k in total:
-                total[k] = max(total[k], v)
-    return total
+    """The pod's effective limit per resource (memory in bytes); absent where a container is unlimited."""
+    return _pod_effective(spec, _limits, limits=True)
 
 
 def pod_requests(spec: dict) -> dict[str, float]:
-    """The pod's effective request per resource: max(sum of containers, largest init container)."""
-    total: dict[str, float] = {}
-    for c in spec.get("containers") or []:
-        for k, v in _resources(c).items():
-            total[k] = total.get(k, 0) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in _resources(c).items():
-            total[k] = max(total.get(k, 0), v)
-    return total
+    """The pod's effective request per resource (request, else limit, per container; memory in bytes)."""
+    return _pod_effective(spec, _resources, limits=False)
 
 
 def _terminations(status: dict) -> list[tuple[str, dict, bool]]:

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.k8s import cpu_cores, memory_bytes, parse_pod, parse_quantity, pod_limits, split_pod_records
+from pipelines.k8s import (
+    cpu_cores,
+    memory_bytes,
+    parse_pod,
+    parse_quantity,
+    pod_limits,
+    pod_requests,
+    split_pod_records,
+)
 
 
 @pytest.mark.parametrize(
@@ -186,6 +194,25 @@ def test_limits_in_every_quantity_form_and_unlimited_containers() -> None:
     assert pod_limits(spec) == {"cpu": pytest.approx(6.0)}
     bare = parse_pod(_pod({"phase": "Running"}, {"requests": {"cpu": "1", "memory": "1Gi"}}))
     assert (bare["limit_cpu_cores"], bare["limit_mem_bytes"]) == (None, None)
+
+
+def test_sidecars_count_beside_the_app_and_during_later_init_containers() -> None:
+    def container(cpu: str, memory: str, **extra: str) -> dict:
+        return {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}, **extra}
+
+    spec = {
+        "containers": [container("1", "1Gi")],
+        "initContainers": [
+            container("100m", "64Mi"),  # before the sidecar starts: runs alone
+            container("500m", "256Mi", restartPolicy="Always"),  # a sidecar: runs to the pod's end
+            container("2", "128Mi"),  # runs beside the sidecar
+        ],
+    }
+    # running: 1 + 0.5 = 1.5 CPUs, 1Gi + 256Mi; the last init container with the sidecar: 2.5 CPUs, 384Mi.
+    assert pod_requests(spec) == {"cpu": 2.5, "memory": 2**30 + 256 * 2**20}
+    # Limits by the same rule; the sidecar has none, so the pod has none.
+    spec["containers"][0]["resources"]["limits"] = {"cpu": "1", "memory": "2Gi"}
+    assert pod_limits(spec) == {}
 
 
 def test_missing_fields_raise_with_reason() -> None:
