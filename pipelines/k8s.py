@@ -7,8 +7,9 @@ regular init container plus the sidecars started before it), a missing request d
 CPUs are rounded up to whole cores (`500m` -> 1); the exact request stays in bronze. Limits
 (`limit_cpu_cores`, exact, and `limit_mem_bytes`) follow the same rule (the pod cgroup's limit), and are
 null when an app or sidecar container leaves the resource unlimited (the pod may then use what its node
-has); GPUs have no separate limit (Kubernetes requires request = limit for extended resources). GPUs are
-`nvidia.com/gpu` plus MIG slices (`nvidia.com/mig-1g.10gb`), whose profile becomes gpu_model. State:
+has). Pod-level `spec.resources` (Kubernetes 1.32+) wins for CPU and memory. GPUs have no separate limit
+(Kubernetes requires request = limit for extended resources); they are `nvidia.com/gpu` plus MIG slices
+(`nvidia.com/mig-1g.10gb`), whose profile becomes gpu_model. State:
 Succeeded COMPLETED, Failed FAILED, Pending PENDING, Running RUNNING, Unknown UNKNOWN; a Failed pod with a
 container terminated `OOMKilled` (any exit code) is OUT_OF_MEMORY, pod reason `DeadlineExceeded` is TIMEOUT
 and `Evicted` is PREEMPTED. Exit 137 with reason `Error` is a kill, not an OOM. state_raw keeps
@@ -46,6 +47,8 @@ _SUFFIX = {
     "E": 1e18,
 }
 GPU_RESOURCE = "nvidia.com/gpu"
+# Resources a pod may set for itself in spec.resources (PodLevelResources; containers set the rest).
+_POD_LEVEL_RESOURCES = ("cpu", "memory")
 MIG_PREFIX = "nvidia.com/mig-"
 
 PHASE_STATES = {
@@ -138,14 +141,19 @@ def _pod_effective(spec: dict, amounts: Callable[[dict], dict[str, float]], limi
     return total
 
 
+def _pod_level(spec: dict, amounts: Callable[[dict], dict[str, float]]) -> dict[str, float]:
+    """Pod-level CPU and memory (`spec.resources`, Kubernetes 1.32+): they win over the containers' sum."""
+    return {k: v for k, v in amounts(spec).items() if k in _POD_LEVEL_RESOURCES}
+
+
 def pod_limits(spec: dict) -> dict[str, float]:
     """The pod's effective limit per resource (memory in bytes); absent where a container is unlimited."""
-    return _pod_effective(spec, _limits, limits=True)
+    return _pod_effective(spec, _limits, limits=True) | _pod_level(spec, _limits)
 
 
 def pod_requests(spec: dict) -> dict[str, float]:
     """The pod's effective request per resource (request, else limit, per container; memory in bytes)."""
-    return _pod_effective(spec, _resources, limits=False)
+    return _pod_effective(spec, _resources, limits=False) | _pod_level(spec, _resources)
 
 
 def _terminations(status: dict) -> list[tuple[str, dict, bool]]:

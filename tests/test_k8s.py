@@ -213,6 +213,11 @@ def test_sidecars_count_beside_the_app_and_during_later_init_containers() -> Non
     # Limits by the same rule; the sidecar has none, so the pod has none.
     spec["containers"][0]["resources"]["limits"] = {"cpu": "1", "memory": "2Gi"}
     assert pod_limits(spec) == {}
+    # Pod-level resources (spec.resources) win for CPU and memory: the pod's cgroup gets them.
+    spec["resources"] = {"requests": {"cpu": "3"}, "limits": {"cpu": "4", "memory": "3Gi"}}
+    # a pod-level limit without a request is the request too, as for containers
+    assert pod_requests(spec) == {"cpu": 3.0, "memory": 3 * 2**30}
+    assert pod_limits(spec) == {"cpu": 4.0, "memory": 3 * 2**30}
 
 
 def test_missing_fields_raise_with_reason() -> None:
