@@ -288,11 +288,15 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
     for name, part in (("training", split.train), ("calibration", split.cal), ("test", split.test)):
         if len(part) == 0:
             raise ValueError(f"{spec.name}: the {name} slice is empty")
+    spreads = SPREADS if params.spread is None else (params.spread,)
+    if split.train[spec.request].notna().mean() < 0.5:
+        # A scaled score needs the cap: without a request a wide spread is an unbounded recommendation.
+        spreads = ("none",)
     candidates = []
     for quantile in QUANTILES if params.quantile is None else (params.quantile,):
         fixed = replace(params, quantile=quantile)
         booster, embedder, numeric, categorical, categories = _fit_booster(split.train, spec, fixed)
-        for spread in SPREADS if params.spread is None else (params.spread,):
+        for spread in spreads:
             candidates.append(
                 Predictor(
                     spec.name,
