@@ -46,7 +46,10 @@ class Baseline:
         and capped at the request, else the request, else the default."""
         request = table[request_col].to_numpy(dtype="float64")
         fallback = np.where(np.isfinite(request), request, self.default)
-        shifted = round_up(self.history_value(table) * np.exp(self.margin_log), TARGETS[self.target].step)
+        spec = TARGETS[self.target]
+        shifted = round_up(
+            np.maximum(self.history_value(table) * np.exp(self.margin_log), spec.floor), spec.step
+        )
         history = cap_at_request(shifted, request)
         return np.where(np.isfinite(history), history, fallback)
 

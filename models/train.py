@@ -142,7 +142,9 @@ class Predictor:
             else np.full(len(table), np.nan)
         )
         no_quantile = ~np.isfinite(offsets)
-        shifted = raw * np.exp(np.where(no_quantile, 0.0, offsets))
+        # The floor again after the shift: a negative offset (every calibration need below one step) must
+        # not round a recommendation down to nothing.
+        shifted = np.maximum(raw * np.exp(np.where(no_quantile, 0.0, offsets)), self.floor)
         shifted = np.where(no_quantile, np.where(np.isfinite(request), request, self.fallback), shifted)
         return cap_at_request(round_up(shifted, spec.step), request)
 

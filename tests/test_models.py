@@ -68,6 +68,14 @@ def test_rounding_is_calibrated() -> None:
     offset = capped_offset(required, raw, request, 0.25, step=1.0)  # budget 3 - ceil(4 x 0.75) = 0
     assert offset == pytest.approx(math.log(2.0 / 1.9), rel=1e-6)
     assert round_up(raw * math.exp(offset), 1.0).tolist() == [4.0, 3.0, 2.0]
+    # Every need within one CPU: any shift meets them (a large negative one), yet a recommendation stays
+    # at least one whole CPU; a job without history falls back to its request.
+    assert capped_offset(np.array([0.4, 0.9]), np.array([0.5, 0.5]), np.full(2, 4.0), 0.5, step=1.0) < -10
+    frame = pd.DataFrame({"u_cpus_hist_p95": [math.log(0.5), np.nan], "cpus_req": [4.0, 4.0]})
+    assert Baseline("b", "cpus", ("u_{t}_hist_p95",), -30.0, 1.0).predict(frame, "cpus_req").tolist() == [
+        1,
+        4,
+    ]
     # Unrounded, the second job alone would need log(2.5 / 1.9).
     assert capped_offset(required, raw, request, 0.25, step=0.0) == pytest.approx(math.log(2.5 / 1.9))
 
