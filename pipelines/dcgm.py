@@ -30,8 +30,9 @@ KEPT_METRICS: dict[str, tuple[str, float]] = {
 }
 
 _PROM_RE = r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{(.*)\})?\s+(\S+)(\s+(-?[0-9]+))?\s*$"
-_LABEL_RE = r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"'
-_LABELS_OK_RE = r'^\s*([a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,\s*|$))*$'
+# One label pair with its separator (a comma, or the end of the set); values may hold escapes.
+_PAIR_RE = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)'
+_SEP, _KV = "\u0001", "\u0002"  # control characters that cannot occur in a text line of a scrape
 _CSV_RE = r"^([^,]*),([^,]*),(.*),([^,]*)$"
 CSV_HEADER = "timestamp,metric,labels,value"
 
@@ -42,13 +43,28 @@ def _label(labels: Column, *names: str) -> Column:
     return F.coalesce(*values) if len(values) > 1 else values[0]
 
 
+def _groups(raw: Column, pattern: str, groups: tuple[int, ...]) -> Column:
+    """The pattern's groups in a line as an array of strings, from ONE regex pass (the groups are joined by
+    a control character and split again); null when the line does not match."""
+    joined = F.regexp_replace(raw, pattern, _SEP.join(f"${g}" for g in groups))
+    parts = F.split(joined, _SEP)
+    return F.when(~raw.contains(_SEP) & (F.size(parts) == len(groups)), parts)
+
+
 def _split_lines(lines: DataFrame, csv_files: list[str]) -> DataFrame:
     """Per line: metric, label text, value text, timestamp (or null), and a shape error when it has none."""
     is_csv = F.col("source_file").isin(csv_files) if csv_files else F.lit(False)
     raw = F.col("raw")
-    csv_labels = F.regexp_replace(F.regexp_extract(raw, _CSV_RE, 3), '^"|"$', "")
+    with_parts = lines.select(
+        "*",
+        F.when(is_csv, _groups(raw, _CSV_RE, (1, 2, 3, 4)))
+        .otherwise(_groups(raw, _PROM_RE, (1, 3, 4, 6)))
+        .alias("_parts"),
+    )
+    part = [F.get(F.col("_parts"), i) for i in range(4)]
+    csv_labels = F.regexp_replace(part[2], '^"|"$', "")
     csv_labels = F.regexp_replace(F.regexp_replace(csv_labels, '""', '"'), r"^\{|\}$", "")
-    csv_ts_text = F.trim(F.regexp_extract(raw, _CSV_RE, 1))
+    csv_ts_text = F.trim(part[0])
     csv_num = csv_ts_text.try_cast("double")
     csv_ts = F.coalesce(
         F.when(csv_num > 1e12, F.timestamp_millis(csv_num.cast("long"))).when(
@@ -56,24 +72,37 @@ def _split_lines(lines: DataFrame, csv_files: list[str]) -> DataFrame:
         ),
         F.try_to_timestamp(F.regexp_replace(csv_ts_text, "Z$", "")),
     )
-    prom_ts = F.regexp_extract(raw, _PROM_RE, 6)
-    return lines.select(
-        "*",
-        F.when(is_csv, F.trim(F.regexp_extract(raw, _CSV_RE, 2)))
-        .otherwise(F.regexp_extract(raw, _PROM_RE, 1))
-        .alias("metric"),
-        F.when(is_csv, csv_labels).otherwise(F.regexp_extract(raw, _PROM_RE, 3)).alias("label_text"),
-        F.when(is_csv, F.trim(F.regexp_extract(raw, _CSV_RE, 4)))
-        .otherwise(F.regexp_extract(raw, _PROM_RE, 4))
-        .alias("value_text"),
+    matched = F.col("_parts").isNotNull()
+    return with_parts.select(
+        *lines.columns,
+        F.when(is_csv, F.trim(part[1])).otherwise(part[0]).alias("metric"),
+        F.when(is_csv, csv_labels).otherwise(part[1]).alias("label_text"),
+        F.when(is_csv, F.trim(part[3])).otherwise(part[2]).alias("value_text"),
         F.when(is_csv, csv_ts)
-        .otherwise(F.when(prom_ts != "", F.timestamp_millis(prom_ts.cast("long"))))
+        .otherwise(F.when(part[3] != "", F.timestamp_millis(part[3].cast("long"))))
         .alias("line_ts"),
-        F.when(is_csv & ~raw.rlike(_CSV_RE), F.lit("not a CSV row of timestamp,metric,labels,value"))
+        F.when(is_csv & ~matched, F.lit("not a CSV row of timestamp,metric,labels,value"))
         .when(is_csv & csv_ts.isNull(), F.lit("timestamp is neither ISO-8601 nor epoch seconds"))
-        .when(~is_csv & ~raw.rlike(_PROM_RE), F.lit("not a Prometheus sample line"))
+        .when(~is_csv & ~matched, F.lit("not a Prometheus sample line"))
         .alias("shape_error"),
     )
+
+
+def _label_arrays(label_text: Column) -> tuple[Column, Column, Column]:
+    """(keys, values, well-formed) of a Prometheus label set, from one regex pass that rewrites each
+    `name="value"` pair to name<KV>value<SEP>: text left outside the pairs means malformed labels. Values are
+    unescaped as Prometheus writes them (\\n, \\", \\\\), only where they hold a backslash."""
+    pairs = F.regexp_replace(label_text, _PAIR_RE, f"$1{_KV}$2{_SEP}")
+    well_formed = pairs.rlike(f"^([^{_SEP}{_KV}]*{_KV}[^{_SEP}]*{_SEP})*\\s*$")
+    entries = F.filter(F.split(pairs, _SEP), lambda e: e.contains(_KV))
+    keys = F.transform(entries, lambda e: F.substring_index(e, _KV, 1))
+
+    def value(e: Column) -> Column:
+        v = F.substring_index(e, _KV, -1)
+        unescaped = F.regexp_replace(F.regexp_replace(v, r"\\n", "\n"), r"\\(.)", "$1")
+        return F.when(v.contains("\\"), unescaped).otherwise(v)
+
+    return keys, F.transform(entries, value), well_formed
 
 
 def check_dcgm_lines(lines: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]) -> DataFrame:
@@ -89,13 +118,8 @@ def check_dcgm_lines(lines: DataFrame, scrape_ts: dict[str, object], csv_files: 
         else F.create_map().cast("map<string,timestamp>")
     )
     split = _split_lines(lines, csv_files)
-    keys = F.regexp_extract_all("label_text", F.lit(_LABEL_RE), 1)
-    # Label values are unescaped as Prometheus writes them (\n, \", \\).
-    vals = F.transform(
-        F.regexp_extract_all("label_text", F.lit(_LABEL_RE), 2),
-        lambda v: F.regexp_replace(F.regexp_replace(v, r"\\n", "\n"), r"\\(.)", "$1"),
-    )
-    labels_ok = F.col("label_text").rlike(_LABELS_OK_RE) & (F.size(F.array_distinct(keys)) == F.size(keys))
+    keys, vals, well_formed = _label_arrays(F.col("label_text"))
+    labels_ok = well_formed & (F.size(F.array_distinct(keys)) == F.size(keys))
     value = F.col("value_text").try_cast("double")
     ts = F.coalesce(F.col("line_ts"), F.element_at(file_ts, F.col("source_file")).cast("timestamp"))
     labels = F.col("labels")
