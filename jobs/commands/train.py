@@ -25,11 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train the per-cluster prediction models (LightGBM quantile + conformal) and log them to MLflow",
-        description="Build the submit-time feature table from silver.jobs/silver.scripts, train one LightGBM "
-        "quantile model per target (peak memory, peak VRAM, CPUs used, runtime), calibrate it on a later "
-        "slice to the configured under-provision rate, measure it and every baseline on the newest slice, "
-        "and register it in MLflow as jobfit-<cluster>-<target>. The `champion` alias moves only when the "
-        "new version beats the champion on that newest slice.",
+        description="Build the submit-time feature table from silver.jobs/silver.scripts, train LightGBM "
+        "quantile models per target (peak memory, peak VRAM, CPUs used, runtime), pick the quantile and "
+        "score scale on a later calibration slice and calibrate it there to the configured under-provision "
+        "rate (90 % confidence; too few jobs: the request), measure it and every baseline on the newest "
+        "slice, and register it in MLflow as jobfit-<cluster>-<target>. The `champion` alias moves only "
+        "when the new version beats the champion on that newest slice. Also logs the history snapshot "
+        "`jobfit recommend` reads.",
     )
     p.add_argument("--targets", type=target_list, default=list(TARGETS), help="comma-separated (default all)")
     p.add_argument("--rounds", type=int, default=TrainParams.num_boost_round, help="boosting rounds")
