@@ -54,10 +54,14 @@ def table_exists(spark: SparkSession, settings: Settings, name: str) -> bool:
 
 
 def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
-    """The table as a DataFrame; an empty frame with the declared schema when it was never written."""
-    if table_exists(spark, settings, name):
-        return spark.read.format("delta").load(table_path(settings, name))
-    return spark.createDataFrame([], spec_for(name).schema)
+    """The table as a DataFrame; an empty frame with the declared schema when it was never written. Columns
+    declared since the table was written read as nulls until the next write adds them (`ensure_table`)."""
+    spec = spec_for(name)
+    if not table_exists(spark, settings, name):
+        return spark.createDataFrame([], spec.schema)
+    df = spark.read.format("delta").load(table_path(settings, name))
+    missing = [f for f in spec.schema.fields if f.name not in df.columns]
+    return df.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in missing]) if missing else df
 
 
 def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
@@ -69,13 +73,19 @@ def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
 
 
 def ensure_table(spark: SparkSession, settings: Settings, spec: TableSpec) -> DeltaTable:
-    """Create the table with its declared schema when missing; return it."""
+    """Create the table with its declared schema when missing, or add the columns a newer jobfit declares
+    to a table an older one wrote (nullable, null in existing rows); return it."""
     path = table_path(settings, spec.name)
-    return (
-        DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema).execute()
-        if not DeltaTable.isDeltaTable(spark, path)
-        else DeltaTable.forPath(spark, path)
-    )
+    if not DeltaTable.isDeltaTable(spark, path):
+        return DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema).execute()
+    table = DeltaTable.forPath(spark, path)
+    present = set(table.toDF().columns)
+    missing = [f for f in spec.schema.fields if f.name not in present]
+    if missing:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+        table = DeltaTable.forPath(spark, path)  # a handle taken before the change refuses to MERGE
+    return table
 
 
 def _version(table: DeltaTable) -> int:

@@ -1,0 +1,38 @@
+"""Delta table I/O: a table written by an older jobfit (fewer columns) reads with the newly declared columns
+as nulls, and gains them on the next write, keeping its rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jobs.context import Context
+from jobs.tables import merge_into, read_table, table_path
+from pipelines.schemas import SILVER_JOBS
+from tests.rows import job_row
+
+
+def test_older_table_gains_new_columns(make_ctx: Callable[..., Context]) -> None:
+    ctx = make_ctx()
+    spark, settings = ctx.spark, ctx.settings
+    new_columns = ["limit_cpu_cores", "limit_mem_bytes"]
+    older = [f for f in SILVER_JOBS.schema.fields if f.name not in new_columns]
+    old_row = job_row(job_id="1")
+    frame = spark.createDataFrame(
+        [tuple(old_row[f.name] for f in older)], SILVER_JOBS.schema.__class__(older)
+    )
+    frame.write.format("delta").save(table_path(settings, SILVER_JOBS.name))
+    before = read_table(spark, settings, SILVER_JOBS.name)  # reads see the new columns as nulls at once
+    assert before.select(*new_columns).first().asDict() == {"limit_cpu_cores": None, "limit_mem_bytes": None}
+
+    new_row = job_row(job_id="2", source="k8s", limit_cpu_cores=0.5, limit_mem_bytes=4 * 2**30)
+    names = [f.name for f in SILVER_JOBS.schema.fields]
+    counts = merge_into(
+        spark,
+        settings,
+        SILVER_JOBS.name,
+        spark.createDataFrame([tuple(new_row[n] for n in names)], SILVER_JOBS.schema),
+    )
+    assert counts.inserted == 1
+    rows = {r["job_id"]: r for r in read_table(spark, settings, SILVER_JOBS.name).collect()}
+    assert (rows["1"]["limit_cpu_cores"], rows["1"]["limit_mem_bytes"]) == (None, None)
+    assert (rows["2"]["limit_cpu_cores"], rows["2"]["limit_mem_bytes"]) == (0.5, 4 * 2**30)
