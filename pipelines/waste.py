@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf import ClusterConfig, Prices
+from pipelines.attribution import with_raw_job_ids_resolved
 from pipelines.states import FAILED_STATES
 
 # A GPU sample whose utilisation is below this (percent) counts as idle. DCGM_FI_DEV_GPU_UTIL is an
@@ -126,25 +127,6 @@ def with_sample_weights(samples: DataFrame, jobs: DataFrame) -> DataFrame:
             ),
         )
         .filter(F.col("weight_s") > 0)
-    )
-
-
-def with_raw_job_ids_resolved(samples: DataFrame, jobs: DataFrame) -> DataFrame:
-    """Samples whose `job_id` is a job's Slurm JobIDRaw get that job's `job_id`.
-
-    dcgm-exporter's hpc_job label carries SLURM_JOB_ID, which for an array task is its raw id (646000237),
-    while silver.jobs keys the task as 646000236_2. An id that is itself a job's job_id is left alone."""
-    own_ids = jobs.select("cluster", F.col("job_id").alias("job_id_raw"))
-    raw = (
-        jobs.filter(F.col("job_id_raw").isNotNull() & (F.col("job_id_raw") != F.col("job_id")))
-        .select("cluster", "job_id_raw", F.col("job_id").alias("_resolved"))
-        .join(own_ids, on=["cluster", "job_id_raw"], how="left_anti")
-        .dropDuplicates(["cluster", "job_id_raw"])
-    )
-    return (
-        samples.join(raw.withColumnRenamed("job_id_raw", "job_id"), on=["cluster", "job_id"], how="left")
-        .withColumn("job_id", F.coalesce(F.col("_resolved"), F.col("job_id")))
-        .drop("_resolved")
     )
 
 
