@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
-from jobs.tables import MergeCounts, merge_into
+from jobs.tables import MergeCounts, append_rows, merge_into, read_table
 from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -77,6 +77,7 @@ class IngestReport:
 
 
 def _expand(paths: Iterable[str]) -> list[str]:
+    """The paths with folders replaced by the files under them (sorted); a UsageError when none is given."""
     expanded: list[str] = []
     for raw in paths:
         path = Path(raw)
@@ -84,6 +85,8 @@ def _expand(paths: Iterable[str]) -> list[str]:
             expanded.extend(str(p) for p in sorted(path.rglob("*")) if p.is_file())
         else:
             expanded.append(raw)
+    if not expanded:
+        raise UsageError("no input files given")
     return expanded
 
 
@@ -176,10 +179,7 @@ def scan_input(path: str) -> InputRef:
 
 def scan_inputs(paths: Iterable[str]) -> list[InputRef]:
     """Every input, directories expanded, hashed but not loaded; a UsageError (exit 2) for a missing one."""
-    expanded = _expand(paths)
-    if not expanded:
-        raise UsageError("no input files given")
-    return [scan_input(p) for p in expanded]
+    return [scan_input(p) for p in _expand(paths)]
 
 
 def lines_frame(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
@@ -235,8 +235,6 @@ def lines_frame(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
 
 def known_files(ctx: Context, source: str, cluster: str) -> set[str]:
     """Content hashes of the files already landed in bronze.<source> for the cluster."""
-    from jobs.tables import read_table
-
     bronze = read_table(ctx.spark, ctx.settings, f"bronze.{source}")
     rows = bronze.where(F.col("cluster") == cluster).select("file_sha256").distinct().collect()
     return {r["file_sha256"] for r in rows}
@@ -244,17 +242,12 @@ def known_files(ctx: Context, source: str, cluster: str) -> set[str]:
 
 def append_bronze(ctx: Context, source: str, lines: DataFrame) -> int:
     """Append the lines of files not yet in bronze.<source> (the caller skips known files); the row count."""
-    from jobs.tables import append_rows
-
     return append_rows(ctx.spark, ctx.settings, f"bronze.{source}", lines)
 
 
 def read_inputs(paths: Iterable[str]) -> list[SourceFile]:
     """All inputs, directories expanded; a UsageError (exit 2) for a missing or unreadable one."""
-    expanded = _expand(paths)
-    if not expanded:
-        raise UsageError("no input files given")
-    return [read_source_file(p) for p in expanded]
+    return [read_source_file(p) for p in _expand(paths)]
 
 
 def bronze_frame(ctx: Context, files: list[SourceFile], cluster: str) -> DataFrame:

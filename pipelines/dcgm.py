@@ -35,6 +35,8 @@ _PAIR_RE = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)'
 _SEP, _KV = "\u0001", "\u0002"  # control characters that cannot occur in a text line of a scrape
 _CSV_RE = r"^([^,]*),([^,]*),(.*),([^,]*)$"
 CSV_HEADER = "timestamp,metric,labels,value"
+# What a sample knows of its device beyond the key (the same on every metric line of the sample).
+DEVICE_INFO = ("gpu", "uuid", "model_name", "mig_gi_id", "mig_profile")
 
 
 def _label(labels: Column, *names: str) -> Column:
@@ -226,11 +228,7 @@ def samples_of(checked: DataFrame) -> DataFrame:
         "cluster",
         "host",
         "device",
-        "gpu",
-        "uuid",
-        "model_name",
-        "mig_gi_id",
-        "mig_profile",
+        *DEVICE_INFO,
         "ts",
         "label_job",
         "metric",
@@ -302,11 +300,7 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
         )
         aggs.append((picked * F.lit(factor)).alias(column))
     wide = samples.groupBy(*SAMPLE_KEY).agg(
-        F.first("gpu", ignorenulls=True).alias("gpu"),
-        F.first("uuid", ignorenulls=True).alias("uuid"),
-        F.first("model_name", ignorenulls=True).alias("model_name"),
-        F.first("mig_gi_id", ignorenulls=True).alias("mig_gi_id"),
-        F.first("mig_profile", ignorenulls=True).alias("mig_profile"),
+        *[F.first(c, ignorenulls=True).alias(c) for c in DEVICE_INFO],
         *aggs,
         F.min_by("source_file", "line_no").alias("source_file"),
         F.min("line_no").alias("line_no"),
@@ -316,11 +310,7 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
     )
     return wide.select(
         *SAMPLE_KEY[:3],
-        "gpu",
-        "uuid",
-        "model_name",
-        "mig_gi_id",
-        "mig_profile",
+        *DEVICE_INFO,
         "ts",
         "gpu_util_pct",
         F.round("fb_used_bytes").cast("long").alias("fb_used_bytes"),
