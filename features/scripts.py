@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from sklearn.decomposition import TruncatedSVD
-from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
+
+if TYPE_CHECKING:  # scikit-learn takes seconds to import: only fitting an embedding loads it
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
 # silver.scripts columns used as numbers and as categories (LightGBM categorical features).
 SCRIPT_NUMERIC = (
@@ -100,6 +103,9 @@ class TextEmbedder:
 
 def fit_text_embedder(texts: pd.Series, dims: int = 16, seed: int = 0) -> TextEmbedder:
     """Fit the embedding on distinct training texts (tokens: words, flags, numbers with units, bigrams)."""
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
+
     vectorizer = HashingVectorizer(
         n_features=2**15,
         token_pattern=r"[A-Za-z0-9_.:=/-]+",

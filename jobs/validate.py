@@ -16,7 +16,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import DataError
-from pipelines.expectations import MAX_REJECT_SHARE, ROW, TABLE, describe, expectation_columns, suite_for
 
 ID_COLUMNS = ("source_file", "line_no")
 
@@ -45,6 +44,8 @@ def _gx_context():
 def run_suite(table: str, frame: pd.DataFrame) -> list[tuple[str, str, list[int], int]]:
     """Validate a pandas frame against the table's suite: (level, readable name, failing row positions,
     failing count) for every expectation that failed."""
+    from pipelines.expectations import TABLE, describe, suite_for
+
     suite = suite_for(table)
     context = _gx_context()
     asset = context.data_sources.add_pandas(f"{table}-batch").add_dataframe_asset(table)
@@ -72,6 +73,9 @@ def validate(df: DataFrame, table: str, source: str) -> Validation:
     """Split a batch bound for `table` into valid rows and quarantine records; raise DataError when the
     batch fails a table-level expectation or more than MAX_REJECT_SHARE of its rows are rejected.
     `df` must hold the table's validated columns, `cluster`, `raw` and the line identity columns."""
+    # Great Expectations takes ~10 s to import: only a command that validates pays for it.
+    from pipelines.expectations import MAX_REJECT_SHARE, ROW, expectation_columns, suite_for
+
     columns = list(dict.fromkeys([*expectation_columns(suite_for(table)), *ID_COLUMNS]))
     frame = df.select(*columns).toPandas()
     rows = len(frame)

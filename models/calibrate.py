@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import beta
 
 
 def failure_budget(n: int, rate: float, confidence: float | None = None) -> int:
@@ -22,6 +21,8 @@ def failure_budget(n: int, rate: float, confidence: float | None = None) -> int:
     marginal = n - math.ceil((n + 1) * (1 - rate))
     if confidence is None or marginal < 0:
         return marginal
+    from scipy.stats import beta  # seconds to import: only calibration needs it
+
     ks = np.arange(0, marginal + 1)
     ok = ks[beta.ppf(confidence, ks + 1, n - ks) <= rate]
     return int(ok.max()) if len(ok) else -1

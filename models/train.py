@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
@@ -14,6 +14,9 @@ from features.table import TARGETS, TargetSpec, base_feature_columns
 from models.baselines import Baseline, fit_baselines
 from models.calibrate import cap_at_request, capped_offset, max_expected_rate, round_up
 from models.metrics import evaluate_predictions, headline
+
+if TYPE_CHECKING:  # LightGBM (and scikit-learn behind it) take seconds to import: only fitting loads it
+    import lightgbm as lgb
 
 # A target is trained only with at least this many jobs that measured it (train + calibration + test).
 MIN_TARGET_ROWS = 200
@@ -182,6 +185,8 @@ def target_rows(table: pd.DataFrame, spec: TargetSpec) -> pd.DataFrame:
 def _fit_booster(
     train: pd.DataFrame, spec: TargetSpec, params: TrainParams
 ) -> tuple[lgb.Booster, TextEmbedder, list[str], list[str], dict[str, list[str]]]:
+    import lightgbm as lgb
+
     embedder = fit_text_embedder(train["script_text"], params.embedding_dims, params.seed)
     numeric, categorical = base_feature_columns()
     categories = {

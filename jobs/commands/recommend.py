@@ -6,9 +6,9 @@ import argparse
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from mlflow import MlflowClient
 
 from features.scripts import with_script_features
 from features.table import (
@@ -21,10 +21,12 @@ from features.table import (
 )
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.mlflow_registry import configure, load_champion, load_history_snapshot
 from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs
 from models.recommend import MIN_USER_HISTORY, assemble, query_row
 from pipelines.scripts import parse_script
+
+if TYPE_CHECKING:  # MLflow loads in a second or more: only the commands that use it import it
+    from mlflow import MlflowClient
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +67,8 @@ def user_history(
 ) -> tuple[pd.DataFrame, dict[str, object]]:
     """The user's finished jobs on the cluster (targets computed) and where they came from: the newest
     snapshot `jobfit train` logged, or silver.jobs when `fresh` or when there is no snapshot."""
+    from jobs.mlflow_registry import load_history_snapshot
+
     gpu_mem = gpu_memory_bytes(cluster_config(ctx, cluster))
     snapshot = None if fresh else load_history_snapshot(client, cluster)
     if snapshot is not None:
@@ -82,6 +86,8 @@ def recommend(
     ctx: Context, text: str, cluster: str, user: str, fresh_history: bool = False
 ) -> dict[str, object]:
     """The recommendation payload (documented in docs/cli.md) for one script, cluster and user."""
+    from jobs.mlflow_registry import configure, load_champion
+
     info = parse_script(text)
     client = configure(ctx.settings)
     champions = {t: load_champion(client, cluster, t) for t in TARGETS}

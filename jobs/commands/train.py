@@ -7,7 +7,6 @@ import argparse
 from features.table import TARGETS, build_training_table, history_snapshot_columns
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.mlflow_registry import configure, load_champion, log_history_snapshot, log_target
 from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
 from models.train import QUANTILES, SPREADS, TrainParams, evaluate_target, train_target
 
@@ -53,6 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
+    from jobs.mlflow_registry import (  # MLflow takes seconds to import: only when run
+        configure,
+        load_champion,
+        log_history_snapshot,
+        log_target,
+    )
+
     if args.rounds < 1 or (args.quantile is not None and not 0 < args.quantile < 1):
         raise UsageError("--rounds must be >= 1 and --quantile between 0 and 1")
     rate = ctx.settings.predict.underprovision_rate
