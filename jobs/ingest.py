@@ -7,6 +7,7 @@ scripts); `scan_inputs` + `lines_frame` only hash the files on the driver and le
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import sys
@@ -123,13 +124,14 @@ def read_source_file(path: str) -> SourceFile:
 @dataclass(frozen=True)
 class InputRef:
     """One input not loaded on the driver: its name, the sha256 of its (decompressed) content, its first
-    content line, and whether Spark's text reader yields exactly its lines (a plain file, or gzip named
-    `*.gz`, under SPARK_WHOLE_FILE_MAX_BYTES, with a path Hadoop accepts); stdin's bytes are kept in
-    `data`."""
+    content line and first four bytes (a format's magic number), and whether Spark's text reader yields
+    exactly its lines (a plain file, or gzip named `*.gz`, under SPARK_WHOLE_FILE_MAX_BYTES, with a path
+    Hadoop accepts); stdin's bytes are kept in `data`."""
 
     name: str
     sha256: str
     first_line: str
+    magic: bytes
     spark_readable: bool
     data: bytes | None = None
 
@@ -142,11 +144,10 @@ def _first_content_line(head: bytes) -> str:
 def scan_input(path: str) -> InputRef:
     """Hash one input in chunks (gzip by its magic bytes) and peek at its first content line."""
     if path == "-":
-        data = sys.stdin.buffer.read()
-        if data[:2] == GZIP_MAGIC:
-            data = read_source_file_bytes("<stdin>", data)
+        data = read_source_file_bytes("<stdin>", sys.stdin.buffer.read())
+        head = data[:65536]
         return InputRef(
-            "<stdin>", hashlib.sha256(data).hexdigest(), _first_content_line(data[:65536]), False, data
+            "<stdin>", hashlib.sha256(data).hexdigest(), _first_content_line(head), head[:4], False, data
         )
     p = Path(path)
     if not p.exists():
@@ -174,7 +175,7 @@ def scan_input(path: str) -> InputRef:
         and size < SPARK_WHOLE_FILE_MAX_BYTES
         and not HADOOP_UNSAFE.intersection(str(p.resolve()))
     )
-    return InputRef(str(p), digest.hexdigest(), _first_content_line(head), readable)
+    return InputRef(str(p), digest.hexdigest(), _first_content_line(head), head[:4], readable)
 
 
 def scan_inputs(paths: Iterable[str]) -> list[InputRef]:
@@ -225,12 +226,12 @@ def lines_frame(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
             for r in by_driver
         ]
         frames.append(bronze_frame(ctx, files, cluster))
-    if not frames:
-        return spark.createDataFrame([], BRONZE_SCHEMA)
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+    return union_all(frames) if frames else spark.createDataFrame([], BRONZE_SCHEMA)
+
+
+def union_all(frames: list[DataFrame]) -> DataFrame:
+    """The rows of several frames with the same columns (matched by name); at least one frame."""
+    return functools.reduce(DataFrame.unionByName, frames)
 
 
 def known_files(ctx: Context, source: str, cluster: str) -> set[str]:

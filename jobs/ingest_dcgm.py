@@ -23,6 +23,7 @@ from jobs.ingest import (
     known_files,
     lines_frame,
     scan_inputs,
+    union_all,
     write_quarantine,
 )
 from jobs.tables import merge_into, read_table
@@ -72,14 +73,6 @@ def scrape_time(name: str, now: datetime) -> datetime:
     return now
 
 
-def is_parquet(ref: InputRef) -> bool:
-    """Whether the input is a Parquet archive (by its magic bytes)."""
-    if ref.data is not None:
-        return ref.data[:4] == PARQUET_MAGIC
-    with open(ref.name, "rb") as f:
-        return f.read(4) == PARQUET_MAGIC
-
-
 def parquet_lines(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
     """Parquet archives' rows as bronze-shaped lines (rendered in the CSV archive form; line_no = row + 1)."""
     spark, now = ctx.spark, ctx.now()
@@ -102,10 +95,7 @@ def parquet_lines(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame
                 F.lit(now).cast("timestamp").alias("ingested_at"),
             )
         )
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+    return union_all(frames)
 
 
 def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
@@ -126,14 +116,15 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     fresh = list(new.values())
     if not fresh:
         return report
-    archives = [r for r in fresh if r.data is None and is_parquet(r)]
+    # Parquet is read by Spark from its path: stdin cannot be an archive.
+    archives = [r for r in fresh if r.data is None and r.magic == PARQUET_MAGIC]
     texts = [r for r in fresh if r not in archives]
     csv_files = [r.name for r in texts if r.first_line.lower() == CSV_HEADER] + [r.name for r in archives]
     scrape_ts = {r.name: scrape_time(r.name, now) for r in texts if r.name not in csv_files}
     parts = ([lines_frame(ctx, texts, args.cluster)] if texts else []) + (
         [parquet_lines(ctx, archives, args.cluster)] if archives else []
     )
-    lines = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    lines = union_all(parts)
     checked = check_dcgm_lines(lines, scrape_ts, csv_files).persist(StorageLevel.MEMORY_AND_DISK)
     tally = line_tally(checked).collect()
     report.quarantined = sum(r["count"] for r in tally if r["outcome"] == "rejected")
@@ -161,7 +152,8 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     checked_rows = validate(rows, SILVER_GPU_SAMPLES.name, "dcgm")
     if summary:
         lo, hi = min(r["lo"] for r in summary), max(r["hi"] for r in summary)
-        span = f"t.cluster = '{args.cluster}' AND t.ts BETWEEN '{lo}' AND '{hi}'"
+        cluster = args.cluster.replace("\\", "\\\\").replace("'", "\\'")  # a SQL string literal
+        span = f"t.cluster = '{cluster}' AND t.ts BETWEEN '{lo}' AND '{hi}'"
         counts = merge_into(
             ctx.spark,
             ctx.settings,
