@@ -8,7 +8,14 @@ import numpy as np
 import pandas as pd
 
 from features.table import TARGETS, TargetSpec
-from models.calibrate import cap_at_request, capped_offset, round_up, short_at_request
+from models.calibrate import (
+    blockwise,
+    cap_at_request,
+    capped_offset,
+    round_up,
+    short_at_request,
+    time_blocks,
+)
 
 # name -> (history column suffix per group, fixed log-margin or None when tuned on the calibration slice).
 # VPA/KRR: p90 + 15 % margin (kubernetes/autoscaler DefaultRecommenderConfig); Tsafrir et al. 2007: mean
@@ -66,16 +73,18 @@ def fit_baselines(
     confidence: float | None = None,
 ) -> list[Baseline]:
     """Every baseline of BASELINES for one target; tuned margins from the calibration slice, by the same
-    conformal rule (and `confidence`) as the model's."""
+    conformal rule (`confidence`, each time block of the slice) as the model's."""
     required_train = train[f"{spec.name}_required"].dropna()
     default = float(required_train.quantile(1 - rate)) if len(required_train) else spec.floor
     fitted = []
+    blocks = time_blocks(cal["submit_ts"])
     for name, (columns, margin) in BASELINES.items():
         base = Baseline(name, spec.name, columns, margin or 0.0, default)
         if margin is None:
-            base = Baseline(
-                name, spec.name, columns, _tuned_margin(base, cal, spec, rate, confidence), default
+            margin = blockwise(
+                lambda m, base=base: _tuned_margin(base, cal[m], spec, rate, confidence), blocks
             )
+            base = Baseline(name, spec.name, columns, margin, default)
         fitted.append(base)
     return fitted
 

@@ -12,7 +12,24 @@ import pandas as pd
 from features.scripts import TextEmbedder, fit_text_embedder
 from features.table import TARGETS, TargetSpec, base_feature_columns
 from models.baselines import Baseline, fit_baselines
-from models.calibrate import cap_at_request, capped_offset, max_expected_rate, round_up
+from models.calibrate import (
+    blockwise,
+    cap_at_request,
+    capped_offset,
+    max_expected_rate,
+    round_up,
+    time_blocks,
+)
+from models.levels import (
+    FRACTIONS,
+    calibrate_lambda,
+    candidate_levels,
+    choose,
+    default_weight,
+    fraction_class,
+    met_probability,
+    submit_weight,
+)
 from models.metrics import evaluate_predictions, headline
 
 if TYPE_CHECKING:  # LightGBM (and scikit-learn behind it) take seconds to import: only fitting loads it
@@ -102,10 +119,24 @@ class Predictor:
     fallback: float = math.inf
     # The candidates tried on the calibration slice and how each did there (see `select_variant`).
     selection: dict[str, dict[str, float]] = field(default_factory=dict)
+    # "quantile": the raw estimate x the conformal margin. "levels": risk allocation over fractions of the
+    # request (models.levels): `booster` is then the fraction classifier, `lam` its calibrated lambda,
+    # `weight_default` the submit-time weight of a job without one, and `companion` (a calibrated
+    # quantile predictor) answers jobs that state no request.
+    kind: str = "quantile"
+    lam: float = math.inf
+    weight_default: float = 1.0
+    companion: Predictor | None = None
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        # Predictors pickled before spreads and rounding existed: one unscaled offset.
-        self.__dict__.update({"spread": "none", "fallback": math.inf, "selection": {}, **state})
+        # Predictors pickled before spreads, rounding and levels existed: one unscaled offset.
+        defaults = {"spread": "none", "fallback": math.inf, "selection": {}, "kind": "quantile"}
+        self.__dict__.update({**defaults, "lam": math.inf, "weight_default": 1.0, "companion": None, **state})
+
+    @property
+    def variant(self) -> str:
+        """The candidate's name in `selection` and reports: q<quantile>-<spread>, or "levels"."""
+        return "levels" if self.kind == "levels" else f"q{self.params.quantile}-{self.spread}"
 
     @property
     def features(self) -> list[str]:
@@ -131,19 +162,21 @@ class Predictor:
         """Each row's conformal score scale (1 without a spread)."""
         return score_scale(table, self.target, self.spread)
 
+    def class_probs(self, table: pd.DataFrame) -> np.ndarray:
+        """(rows x classes) probabilities of the fraction classes of models.levels (kind "levels")."""
+        return self.booster.predict(self.design(table), num_threads=self.params.num_threads)
+
     def predict(self, table: pd.DataFrame) -> np.ndarray:
         """The calibrated recommendation: raw x exp(offset x the row's score scale), rounded up to the
         target's step (whole CPUs, 256 MiB, minutes), at most the job's own request where it states one
         (the calibration assumed both). When the calibration slice was too small: the request (or,
-        without one, the fallback)."""
+        without one, the fallback). Kind "levels": the level chosen by models.levels.choose."""
+        if self.kind == "levels":
+            return self._predict_levels(table)
         spec = TARGETS[self.target]
         offsets = self.offset_log * self.scale(table)
         raw = self.predict_raw(table)
-        request = (
-            table[spec.request].to_numpy(dtype="float64")
-            if spec.request in table
-            else np.full(len(table), np.nan)
-        )
+        request = _request(table, spec)
         no_quantile = ~np.isfinite(offsets)
         # The floor again after the shift: a negative offset (every calibration need below one step) must
         # not round a recommendation down to nothing.
@@ -151,10 +184,38 @@ class Predictor:
         shifted = np.where(no_quantile, np.where(np.isfinite(request), request, self.fallback), shifted)
         return cap_at_request(round_up(shifted, spec.step), request)
 
+    def _predict_levels(self, table: pd.DataFrame) -> np.ndarray:
+        spec = TARGETS[self.target]
+        request = _request(table, spec)
+        has = np.isfinite(request) & (request > 0)
+        out = np.empty(len(table))
+        if (~has).any():
+            assert self.companion is not None, "a levels predictor answers request-less jobs by its companion"
+            out[~has] = self.companion.predict(table[~has])
+        if has.any():
+            part, asked = table[has], request[has]
+            out[has] = choose(
+                candidate_levels(asked, spec),
+                met_probability(self.class_probs(part)),
+                asked,
+                submit_weight(part, spec, self.weight_default),
+                self.lam,
+            )
+        return out
+
     @property
     def margin_pct(self) -> float:
-        """The pooled calibration margin in % over the raw estimate (+inf: no quantile, the request)."""
-        return float((math.exp(self.offset_log) - 1) * 100) if math.isfinite(self.offset_log) else math.inf
+        """The pooled calibration margin in % over the raw estimate (+inf: no quantile, the request, or
+        the levels kind, which has no single margin)."""
+        if self.kind == "levels" or not math.isfinite(self.offset_log):
+            return math.inf
+        return float((math.exp(self.offset_log) - 1) * 100)
+
+
+def _request(table: pd.DataFrame, spec: TargetSpec) -> np.ndarray:
+    if spec.request not in table:
+        return np.full(len(table), np.nan)
+    return table[spec.request].to_numpy(dtype="float64")
 
 
 def score_scale(table: pd.DataFrame, target: str, spread: str) -> np.ndarray:
@@ -183,10 +244,16 @@ def target_rows(table: pd.DataFrame, spec: TargetSpec) -> pd.DataFrame:
 
 
 def _fit_booster(
-    train: pd.DataFrame, spec: TargetSpec, params: TrainParams
+    train: pd.DataFrame, spec: TargetSpec, params: TrainParams, levels: bool = False
 ) -> tuple[lgb.Booster, TextEmbedder, list[str], list[str], dict[str, list[str]]]:
+    """LightGBM on the training slice: a quantile regression of log(need) at `params.quantile`, or with
+    `levels` a classifier of the fraction of its request each job needed (models.levels; only jobs that
+    state a request). The classifier grows one tree per class and round: it runs a third of the rounds at
+    three times the learning rate."""
     import lightgbm as lgb
 
+    if levels:
+        train = train[np.isfinite(_request(train, spec)) & (_request(train, spec) > 0)]
     embedder = fit_text_embedder(train["script_text"], params.embedding_dims, params.seed)
     numeric, categorical = base_feature_columns()
     categories = {
@@ -197,22 +264,30 @@ def _fit_booster(
         spec.name, None, embedder, numeric, categorical, categories, 0.0, 0.0, spec.floor, params
     )  # type: ignore[arg-type]
     design = shell.design(train)
-    label = np.log(train[spec.actual].to_numpy(dtype="float64"))
+    common = {
+        "num_leaves": params.num_leaves,
+        "min_data_in_leaf": params.min_data_in_leaf,
+        "num_threads": params.num_threads,
+        "max_bin": params.max_bin,
+        "seed": params.seed,
+        "deterministic": True,
+        "verbosity": -1,
+    }
+    if levels:
+        objective = {"objective": "multiclass", "num_class": len(FRACTIONS) + 1}
+        objective["learning_rate"] = min(3 * params.learning_rate, 0.3)
+        rounds = max(params.num_boost_round // 3, 1)
+        label = fraction_class(
+            train[f"{spec.name}_required"].to_numpy(dtype="float64"), _request(train, spec)
+        )
+    else:
+        objective = {"objective": "quantile", "alpha": params.quantile, "learning_rate": params.learning_rate}
+        rounds = params.num_boost_round
+        label = np.log(train[spec.actual].to_numpy(dtype="float64"))
     booster = lgb.train(
-        {
-            "objective": "quantile",
-            "alpha": params.quantile,
-            "learning_rate": params.learning_rate,
-            "num_leaves": params.num_leaves,
-            "min_data_in_leaf": params.min_data_in_leaf,
-            "num_threads": params.num_threads,
-            "max_bin": params.max_bin,
-            "seed": params.seed,
-            "deterministic": True,
-            "verbosity": -1,
-        },
+        {**objective, **common},
         lgb.Dataset(design, label=label, categorical_feature=categorical, free_raw_data=True),
-        num_boost_round=params.num_boost_round,
+        num_boost_round=rounds,
     )
     return booster, embedder, numeric, categorical, categories
 
@@ -221,19 +296,39 @@ def calibrate(
     predictor: Predictor, cal: pd.DataFrame, spec: TargetSpec, rate: float, confidence: float | None
 ) -> None:
     """Set the predictor's conformal offset from the calibration slice (the score scale, the rounding to
-    the target's step and the cap at the request are part of what is calibrated)."""
+    the target's step and the cap at the request are part of what is calibrated); for kind "levels" its
+    lambda, over the slice's jobs that state a request, and its companion's offset. The shift must keep
+    the rate in each time block of the slice (models.calibrate.time_blocks)."""
     required = cal[f"{spec.name}_required"].to_numpy(dtype="float64")
     request = cal[spec.request].to_numpy(dtype="float64")
-    predictor.offset_log = capped_offset(
-        required,
-        predictor.predict_raw(cal),
-        request,
-        rate,
-        step=spec.step,
-        confidence=confidence,
-        scale=predictor.scale(cal),
-    )
+    blocks = time_blocks(cal["submit_ts"])
     need = required[np.isfinite(required)]
+    if predictor.kind == "levels":
+        assert predictor.companion is not None
+        calibrate(predictor.companion, cal, spec, rate, confidence)
+        has = np.isfinite(request) & (request > 0)
+        part, asked, required = cal[has], request[has], required[has]
+        levels = candidate_levels(asked, spec)
+        met = met_probability(predictor.class_probs(part))
+        weight = submit_weight(part, spec, predictor.weight_default)
+        predictor.lam = blockwise(
+            lambda m: calibrate_lambda(required[m], asked[m], levels[m], met[m], weight[m], rate, confidence),
+            blocks[has],
+        )
+    else:
+        raw, scale = predictor.predict_raw(cal), predictor.scale(cal)
+        predictor.offset_log = blockwise(
+            lambda m: capped_offset(
+                required[m],
+                raw[m],
+                request[m],
+                rate,
+                step=spec.step,
+                confidence=confidence,
+                scale=scale[m],
+            ),
+            blocks,
+        )
     predictor.fallback = float(need.max()) if len(need) else math.inf
 
 
@@ -253,7 +348,7 @@ def select_variant(
         counted = int(m["n"]) - int(m["n_short_at_request"])
         ok = float(m["under_rate"]) <= max_expected_rate(rate, counted)
         score = headline(m) if ok else -math.inf
-        tried[_variant_name(candidate)] = {
+        tried[candidate.variant] = {
             "under_rate": float(m["under_rate"]),
             "headline": headline(m),
             "within_rate": float(ok),
@@ -262,10 +357,6 @@ def select_variant(
             best, best_score = candidate, score
     best.selection = tried
     return best
-
-
-def _variant_name(predictor: Predictor) -> str:
-    return f"q{predictor.params.quantile}-{predictor.spread}"
 
 
 def _measure(
@@ -296,7 +387,8 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
         if len(part) == 0:
             raise ValueError(f"{spec.name}: the {name} slice is empty")
     spreads = SPREADS if params.spread is None else (params.spread,)
-    if split.train[spec.request].notna().mean() < 0.5:
+    with_requests = split.train[spec.request].notna().mean() >= 0.5
+    if not with_requests:
         # A scaled score needs the cap: without a request a wide spread is an unbounded recommendation.
         spreads = ("none",)
     candidates = []
@@ -319,6 +411,26 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
                     spread,
                 )
             )
+    if with_requests and params.quantile is None and params.spread is None:
+        # Risk allocation over fractions of the request; jobs without one go to the first candidate.
+        booster, embedder, numeric, categorical, categories = _fit_booster(split.train, spec, params, True)
+        candidates.append(
+            Predictor(
+                spec.name,
+                booster,
+                embedder,
+                numeric,
+                categorical,
+                categories,
+                math.inf,
+                rate,
+                spec.floor,
+                params,
+                kind="levels",
+                weight_default=default_weight(split.train, spec),
+                companion=candidates[0],
+            )
+        )
     predictor = candidates[0]
     if len(candidates) > 1:
         predictor = select_variant(candidates, split.cal, spec, rate, params)

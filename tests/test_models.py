@@ -108,11 +108,12 @@ def test_calibration_holds_on_later_data(table: pd.DataFrame) -> None:
     for name in ("mem", "runtime"):
         result = train_target(table, TARGETS[name], params, RATE)
         model = result.metrics["model"]
-        # Three quantiles x two score scalings were tried on the calibration slice's halves; the kept one
-        # kept the rate there (or is the first candidate, q0.9 unscaled, when none did).
+        # Three quantiles x two score scalings and the risk allocation over request fractions were tried on
+        # the calibration slice's halves; the kept one kept the rate there (or is the first candidate, q0.9
+        # unscaled, when none did).
         tried = result.predictor.selection
-        assert len(tried) == 6 and "q0.95-history" in tried
-        chosen = f"q{result.predictor.params.quantile}-{result.predictor.spread}"
+        assert len(tried) == 7 and {"q0.95-history", "levels"} <= set(tried)
+        chosen = result.predictor.variant
         assert tried[chosen]["within_rate"] == 1.0 or chosen == "q0.9-none"
         assert tried[chosen]["headline"] == max(t["headline"] for t in tried.values() if t["within_rate"])
         assert result.rows["test"] > 400

@@ -79,7 +79,7 @@ def _text(report: dict[str, object]) -> str:
             lines.append(
                 f"  {name:22s} {m['under_rate']:7.2%} {m['reclaimed_h']:12.4g} {m['reclaimable_h']:12.4g} "
                 f"{m['residual_waste_h']:12.4g} {m['accuracy']:8.3f} {m['mae_log']:8.3f} "
-                f"{m['margin_pct']:6.0f}%"
+                + ("    n/a" if m["margin_pct"] is None else f"{m['margin_pct']:6.0f}%")
             )
     for target, why in report["missing"].items():  # type: ignore[attr-defined]
         lines.append(f"\n{target}: {why}")

@@ -25,9 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train the per-cluster prediction models (LightGBM quantile + conformal) and log them to MLflow",
         description="Build the submit-time feature table from silver.jobs/silver.scripts, train LightGBM "
-        "quantile models per target (peak memory, peak VRAM, CPUs used, runtime), pick the quantile and "
-        "score scale on a later calibration slice and calibrate it there to the configured under-provision "
-        "rate (90 % confidence; too few jobs: the request), measure it and every baseline on the newest "
+        "quantile models per target (peak memory, peak VRAM, CPUs used, runtime) and a classifier of the "
+        "share of its request a job needs, pick the variant (quantile and score scale, or the risk "
+        "allocation over request fractions) on a later calibration slice and calibrate it there to the "
+        "configured under-provision rate (90 % confidence in each time block of the slice; too few jobs: "
+        "the request), measure it and every baseline on the newest "
         "slice, and register it in MLflow as jobfit-<cluster>-<target>. The `champion` alias moves only "
         "when the new version beats the champion on that newest slice. Also logs the history snapshot "
         "`jobfit recommend` reads.",
@@ -38,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--quantile",
         type=float,
         default=None,
-        help=f"LightGBM quantile (0-1); default: the calibration slice picks among {QUANTILES}",
+        help=f"LightGBM quantile (0-1); default: the calibration slice picks among {QUANTILES} and the "
+        "request-fraction risk allocation (fixing --quantile or --spread leaves the latter out)",
     )
     p.add_argument(
         "--spread",
@@ -90,8 +93,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             "rows": result.rows,
             "test_start": str(result.test_start),
             "variant": {
-                "quantile": result.predictor.params.quantile,
-                "spread": result.predictor.spread,
+                "name": result.predictor.variant,
+                "quantile": None if result.predictor.kind == "levels" else result.predictor.params.quantile,
+                "spread": None if result.predictor.kind == "levels" else result.predictor.spread,
                 "tried": result.predictor.selection,
             },
             "metrics": result.metrics,
@@ -116,8 +120,8 @@ def _text(report: dict[str, object]) -> str:
         model = info["metrics"]["model"]
         state = "champion" if info["promoted"] else "not promoted"
         lines.append(
-            f"  {target:8s} v{info['version']} (quantile {info['variant']['quantile']}, spread "
-            f"{info['variant']['spread']}; {state}: {info['why']}); held-out under-provision "
+            f"  {target:8s} v{info['version']} ({info['variant']['name']}; {state}: {info['why']}); "
+            "held-out under-provision "
             f"{model['under_rate']:.1%}, reclaimed {model['reclaimed_h']:.4g} "
             f"of {model['reclaimable_h']:.4g} h"
         )
