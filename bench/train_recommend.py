@@ -5,8 +5,9 @@
     .venv/bin/python bench/train_recommend.py --skip-recommend
 
 Jobs come from tests/predict_data.synthetic_cluster (a seeded cluster with per-script needs, user
-over-request factors, OOM and TIMEOUT). Training = feature table (pandas) + the four targets, each
-LightGBM quantile fit + conformal calibration + every baseline. Recommend latency: the full in-process
+over-request factors, OOM and TIMEOUT). Training = feature table (pandas) + the four targets, each: the
+LightGBM quantile fits and the request-fraction classifier, the choice among them on the calibration slice,
+conformal calibration and every baseline. Recommend latency: the full in-process
 `recommend()` warm (champions cached; user history from the snapshot `jobfit train` logged, or with
 --fresh-history from silver.jobs through the running SparkSession), and a cold `jobfit recommend`
 process per call (imports, MLflow look-ups, Spark start for --fresh-history)."""

@@ -106,7 +106,8 @@ def test_time_blocks_and_blockwise_by_hand() -> None:
     assert sorted(np.bincount(blocks).tolist()) == [500, 500]  # 1000 jobs: two blocks of 500
     assert shuffled[blocks == 0].max() < shuffled[blocks == 1].min()  # consecutive in time, not in rows
     assert set(time_blocks(stamps.head(999)).tolist()) == {0}
-    assert set(time_blocks(pd.Series(pd.date_range("2026-01-01", periods=9000, freq="min")))) == {0, 1, 2, 3}
+    many = pd.Series(pd.date_range("2026-01-01", periods=9000, freq="min"))
+    assert set(time_blocks(many).tolist()) == set(range(8))  # at most 8 blocks
     offsets = {0: 0.5, 1: 1.5}
     assert blockwise(lambda mask: offsets[int(blocks[mask][0])], blocks) == 1.5
 
