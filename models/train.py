@@ -182,7 +182,14 @@ class Predictor:
         # not round a recommendation down to nothing.
         shifted = np.maximum(raw * np.exp(np.where(no_quantile, 0.0, offsets)), self.floor)
         shifted = np.where(no_quantile, np.where(np.isfinite(request), request, self.fallback), shifted)
-        return cap_at_request(round_up(shifted, spec.step), request)
+        return cap_at_request(round_up(shifted, spec.step), self.cap(request))
+
+    def cap(self, request: np.ndarray) -> np.ndarray:
+        """What a recommendation may not exceed: the job's request, else the largest need seen in
+        calibration (rounded up to the step) — the calibration assumes the same cap."""
+        return np.where(
+            np.isfinite(request), request, round_up(np.array(self.fallback), TARGETS[self.target].step)
+        )
 
     def _predict_levels(self, table: pd.DataFrame) -> np.ndarray:
         spec = TARGETS[self.target]
@@ -316,12 +323,13 @@ def calibrate(
             blocks[has],
         )
     else:
-        raw, scale = predictor.predict_raw(cal), predictor.scale(cal)
+        predictor.fallback = float(need.max()) if len(need) else math.inf
+        raw, scale, cap = predictor.predict_raw(cal), predictor.scale(cal), predictor.cap(request)
         predictor.offset_log = blockwise(
             lambda m: capped_offset(
                 required[m],
                 raw[m],
-                request[m],
+                cap[m],
                 rate,
                 step=spec.step,
                 confidence=confidence,

@@ -99,6 +99,16 @@ def test_too_few_calibration_jobs_recommend_the_request(table: pd.DataFrame) -> 
     assert result.metrics["model"]["reclaimed_h"] == 0.0
 
 
+def test_a_job_without_a_request_gets_at_most_the_largest_need_seen(table: pd.DataFrame) -> None:
+    params = TrainParams(num_boost_round=10, embedding_dims=2, quantile=0.9, spread="none")
+    predictor = train_target(table, TARGETS["mem"], params, RATE).predictor
+    later = table.tail(300).assign(mem_req_bytes=np.nan)
+    cap = round_up(np.array(predictor.fallback), TARGETS["mem"].step)
+    assert math.isfinite(predictor.fallback) and predictor.predict(later).max() <= cap
+    predictor.offset_log = math.log(1000.0)  # a wide margin stops at the largest need seen in calibration
+    assert predictor.predict(later).tolist() == [cap] * len(later)
+
+
 def test_calibration_holds_on_later_data(table: pd.DataFrame) -> None:
     params = TrainParams(num_boost_round=30, embedding_dims=4)
     cpus = train_target(table, TARGETS["cpus"], params, RATE)
