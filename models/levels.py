@@ -25,30 +25,9 @@ from features.table import TargetSpec
 from models.calibrate import failure_budget, round_up, short_at_request
 
 # Candidate recommendations as fractions of the job's request. Down to 0.1 %: grid jobs asking for days
-# and running minutes (LPC-EGEE) need them.
-FRACTIONS = np.array(
-    [
-        0.001,
-        0.002,
-        0.005,
-        0.01,
-        0.02,
-        0.03,
-        0.05,
-        0.07,
-        0.1,
-        0.15,
-        0.2,
-        0.3,
-        0.4,
-        0.5,
-        0.6,
-        0.7,
-        0.8,
-        0.9,
-        1.0,
-    ]
-)
+# and running minutes (LPC-EGEE) need the low tail.
+_LOW_TAIL = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15)
+FRACTIONS = np.array([*_LOW_TAIL, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
 # No level below the request is certain: a classifier's probability of 1.0 would make any gain worth it.
 MAX_MET_PROBABILITY = 1 - 1e-6
 # A level is offered only when the classifier gives it at most this chance of falling short. Without it
