@@ -106,6 +106,7 @@ def log_target(
             {**asdict(predictor.params), "target": predictor.target, "cluster": cluster, "rate": rate}
             | {f"rows_{k}": v for k, v in result.rows.items()}
             | {"test_start": str(result.test_start), "offset_log": round(predictor.offset_log, 6)}
+            | {"variant": predictor.variant, "lambda": predictor.lam}
         )
         mlflow.log_metrics(_flat_metrics(result.metrics))
         mlflow.log_dict({"features": predictor.features}, "features.json")
