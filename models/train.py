@@ -250,15 +250,16 @@ def target_rows(table: pd.DataFrame, spec: TargetSpec) -> pd.DataFrame:
     return table[table[spec.actual].notna() & table[f"{spec.name}_required"].gt(0)]
 
 
-def _fit_booster(
-    train: pd.DataFrame, spec: TargetSpec, params: TrainParams, levels: bool = False
-) -> tuple[lgb.Booster, TextEmbedder, list[str], list[str], dict[str, list[str]]]:
-    """LightGBM on the training slice: a quantile regression of log(need) at `params.quantile`, or with
-    `levels` a classifier of the fraction of its request each job needed (models.levels; only jobs that
-    state a request). The classifier grows one tree per class and round: it runs a third of the rounds at
-    three times the learning rate."""
+def _fit_predictor(
+    train: pd.DataFrame, spec: TargetSpec, params: TrainParams, rate: float, levels: bool = False
+) -> Predictor:
+    """An uncalibrated predictor fitted on the training slice: a LightGBM quantile regression of log(need)
+    at `params.quantile`, or with `levels` a classifier of the fraction of its request each job needed
+    (models.levels; only jobs that state a request; its companion is set by the caller). The classifier
+    grows one tree per class and round: it runs a third of the rounds at three times the learning rate."""
     import lightgbm as lgb
 
+    weight_default = default_weight(train, spec)
     if levels:
         train = train[np.isfinite(_request(train, spec)) & (_request(train, spec) > 0)]
     embedder = fit_text_embedder(train["script_text"], params.embedding_dims, params.seed)
@@ -268,7 +269,7 @@ def _fit_booster(
     }
     categorical = [c for c in categorical if categories.get(c)]
     shell = Predictor(
-        spec.name, None, embedder, numeric, categorical, categories, 0.0, 0.0, spec.floor, params
+        spec.name, None, embedder, numeric, categorical, categories, 0.0, rate, spec.floor, params
     )  # type: ignore[arg-type]
     design = shell.design(train)
     common = {
@@ -291,12 +292,14 @@ def _fit_booster(
         objective = {"objective": "quantile", "alpha": params.quantile, "learning_rate": params.learning_rate}
         rounds = params.num_boost_round
         label = np.log(train[spec.actual].to_numpy(dtype="float64"))
-    booster = lgb.train(
+    shell.booster = lgb.train(
         {**objective, **common},
         lgb.Dataset(design, label=label, categorical_feature=categorical, free_raw_data=True),
         num_boost_round=rounds,
     )
-    return booster, embedder, numeric, categorical, categories
+    if levels:
+        shell.kind, shell.offset_log, shell.weight_default = "levels", math.inf, weight_default
+    return shell
 
 
 def calibrate(
@@ -402,43 +405,14 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
     candidates = []
     for quantile in QUANTILES if params.quantile is None else (params.quantile,):
         fixed = replace(params, quantile=quantile)
-        booster, embedder, numeric, categorical, categories = _fit_booster(split.train, spec, fixed)
+        fitted = _fit_predictor(split.train, spec, fixed, rate)
         for spread in spreads:
-            candidates.append(
-                Predictor(
-                    spec.name,
-                    booster,
-                    embedder,
-                    numeric,
-                    categorical,
-                    categories,
-                    0.0,
-                    rate,
-                    spec.floor,
-                    replace(fixed, spread=spread),
-                    spread,
-                )
-            )
+            candidates.append(replace(fitted, params=replace(fixed, spread=spread), spread=spread))
     if with_requests and params.quantile is None and params.spread is None:
         # Risk allocation over fractions of the request; jobs without one go to the first candidate.
-        booster, embedder, numeric, categorical, categories = _fit_booster(split.train, spec, params, True)
-        candidates.append(
-            Predictor(
-                spec.name,
-                booster,
-                embedder,
-                numeric,
-                categorical,
-                categories,
-                math.inf,
-                rate,
-                spec.floor,
-                params,
-                kind="levels",
-                weight_default=default_weight(split.train, spec),
-                companion=candidates[0],
-            )
-        )
+        levels = _fit_predictor(split.train, spec, params, rate, levels=True)
+        levels.companion = candidates[0]
+        candidates.append(levels)
     predictor = candidates[0]
     if len(candidates) > 1:
         predictor = select_variant(candidates, split.cal, spec, rate, params)

@@ -22,9 +22,8 @@ from models.levels import (
     met_probability,
 )
 from models.train import (
-    Predictor,
     TrainParams,
-    _fit_booster,
+    _fit_predictor,
     calibrate,
     target_rows,
     time_split,
@@ -123,11 +122,8 @@ def test_levels_predictor_answers_request_less_jobs_with_its_companion(table: pd
     params = TrainParams(num_boost_round=30, embedding_dims=4)
     companion = train_target(table, spec, replace(params, quantile=0.9, spread="none"), 0.05).predictor
     split = time_split(target_rows(table, spec), params.train_frac, params.cal_frac)
-    booster, embedder, numeric, categorical, categories = _fit_booster(split.train, spec, params, True)
-    levels = Predictor(
-        "runtime", booster, embedder, numeric, categorical, categories, math.inf, 0.05, spec.floor, params
-    )
-    levels.kind, levels.companion, levels.weight_default = "levels", companion, 3600.0
+    levels = _fit_predictor(split.train, spec, params, 0.05, levels=True)
+    levels.companion = companion
     calibrate(levels, split.cal, spec, 0.05, 0.9)
     assert math.isfinite(levels.lam) and levels.variant == "levels" and levels.margin_pct == math.inf
     test = split.test.head(50).copy()
