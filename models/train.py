@@ -346,16 +346,17 @@ def calibrate(
 def select_variant(
     candidates: list[Predictor], cal: pd.DataFrame, spec: TargetSpec, rate: float, params: TrainParams
 ) -> Predictor:
-    """The candidate to keep: each is calibrated on the older half of the calibration slice and measured
-    on its newer half; the one reclaiming most there while keeping the rate (within sampling error)
-    wins, the first candidate on ties or when none keeps it. The test slice is never looked at."""
-    ordered = cal.sort_values("submit_ts", kind="mergesort")
-    older, newer = ordered.iloc[: len(ordered) // 2], ordered.iloc[len(ordered) // 2 :]
+    """The candidate to keep: each is calibrated on the whole calibration slice (in every time block) and
+    measured there, where each falls short on at most its failure budget; the one reclaiming most at that
+    same rate wins, the first candidate on ties. One scalar per candidate is fitted to the slice it is
+    measured on, so the comparison is at equal rates on all the slice's jobs; the test slice is never
+    looked at. (Calibrating on the older half and measuring the newer half picked by noise: on SDSC-SP2
+    runtime it kept q0.95/none at +11.6 % where `levels` gave +143 %.)"""
     best, best_score = candidates[0], -math.inf
     tried: dict[str, dict[str, float]] = {}
     for candidate in candidates:
-        calibrate(candidate, older, spec, rate, params.confidence)
-        m = evaluate_predictions(newer, spec, candidate.predict(newer))
+        calibrate(candidate, cal, spec, rate, params.confidence)
+        m = evaluate_predictions(cal, spec, candidate.predict(cal))
         counted = int(m["n"]) - int(m["n_short_at_request"])
         ok = float(m["under_rate"]) <= max_expected_rate(rate, counted)
         score = headline(m) if ok else -math.inf
@@ -413,10 +414,11 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
         levels = _fit_predictor(split.train, spec, params, rate, levels=True)
         levels.companion = candidates[0]
         candidates.append(levels)
-    predictor = candidates[0]
     if len(candidates) > 1:
-        predictor = select_variant(candidates, split.cal, spec, rate, params)
-    calibrate(predictor, split.cal, spec, rate, params.confidence)
+        predictor = select_variant(candidates, split.cal, spec, rate, params)  # calibrated there
+    else:
+        predictor = candidates[0]
+        calibrate(predictor, split.cal, spec, rate, params.confidence)
     baselines = fit_baselines(split.train, split.cal, spec, rate, params.confidence)
     metrics = _measure(predictor, baselines, split.test, spec)
     counts = {"train": len(split.train), "cal": len(split.cal), "test": len(split.test)}
