@@ -32,9 +32,17 @@ _QUIET_CONF = {
 }
 
 
+# `make setup` fetches the Delta jars into the checkout: a relative `spark.jars_dir` is read from there, so
+# `jobfit` works from any working directory (the warehouse and MLflow store stay relative to it).
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
 def delta_jars(jars_dir: str) -> list[str]:
-    """The Delta jar files fetched by `make setup`, or [] when the folder is missing or empty."""
+    """The Delta jar files fetched by `make setup`, or [] when the folder is missing or empty. A relative
+    folder is relative to the jobfit checkout, not to the working directory."""
     folder = Path(jars_dir)
+    if not folder.is_absolute():
+        folder = CHECKOUT / folder
     return sorted(str(p.resolve()) for p in folder.glob("*.jar")) if folder.is_dir() else []
 
 

@@ -64,3 +64,15 @@ def test_demo_cluster_has_prices_and_gpu_sizes() -> None:
 def test_unknown_cluster_lists_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"known clusters: .*demo"):
         load_cluster("nope")
+
+
+def test_relative_jars_dir_is_read_from_the_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobs.spark import CHECKOUT, delta_jars
+
+    jars = CHECKOUT / ".jars"
+    if not any(jars.glob("*.jar")):
+        pytest.skip("no Delta jars fetched into the checkout (make setup fetches them)")
+    monkeypatch.chdir(tmp_path)  # jobfit run from elsewhere: the warehouse is here, the jars are not
+    found = delta_jars("./.jars")
+    assert found and all(Path(p).parent == jars.resolve() for p in found)
+    assert delta_jars(str(tmp_path / "none")) == []
