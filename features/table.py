@@ -198,7 +198,9 @@ def build_training_table(
 
     `jobs` has silver.jobs columns (plus `script_hash` filled from silver.job_scripts where linked);
     `scripts` has silver.scripts columns."""
-    df = filter_usable(jobs)
+    # One order whatever order the rows were read in (Spark's is not fixed): jobs of a user ending in the
+    # same second are folded into the running history in this order, which the features then depend on.
+    df = filter_usable(jobs).sort_values(["submit_ts", "job_id"], kind="mergesort").reset_index(drop=True)
     df = with_script_key(with_targets(df, gpu_mem_bytes))
     df = with_request_features(with_script_features(df, scripts))
     df = history_features(df, df)

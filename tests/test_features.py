@@ -149,3 +149,14 @@ def test_single_query_history_equals_the_running_statistics() -> None:
         np.testing.assert_allclose(
             single[cols].to_numpy(dtype=float), both[cols].to_numpy(dtype=float), rtol=1e-12, atol=1e-12
         )
+
+
+def test_training_table_does_not_depend_on_the_order_rows_were_read_in() -> None:
+    # Spark returns silver.jobs in no fixed order; jobs of a user ending in the same second (hourly ends
+    # here) must still fold into the history the same way.
+    jobs, scripts = synthetic_cluster(400, n_users=3, seed=5)
+    jobs["end_ts"] = jobs["end_ts"].dt.ceil("h")
+    gpu = {"A100-SXM4-80GB": 80 * GIB}
+    table = build_training_table(jobs, scripts, gpu)
+    shuffled = build_training_table(jobs.sample(frac=1.0, random_state=2), scripts, gpu)
+    pd.testing.assert_frame_equal(table, shuffled)
