@@ -157,9 +157,7 @@ def main() -> None:
     threads = [1] if args.quick else [int(t) for t in args.threads.split(",")]
     rounds = 50 if args.quick else args.rounds
     calls = 10 if args.quick else args.calls
-    print(
-        f"training ({rounds} rounds; seconds; features = pandas feature table incl. history, shared)"
-    )
+    print(f"training ({rounds} rounds; seconds; features = pandas feature table incl. history, shared)")
     print(
         f"{'jobs':>9s} {'threads':>7s} {'mode':>10s} {'features':>9s} "
         + " ".join(f"{t:>8s}" for t in TARGETS)
