@@ -408,18 +408,22 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
     if not with_requests:
         # A scaled score needs the cap: without a request a wide spread is an unbounded recommendation.
         spreads = ("none",)
+    quantiles = QUANTILES if params.quantile is None else (params.quantile,)
+    choose = len(split.cal) >= MIN_SELECTION_JOBS
+    if not choose:  # too few calibration jobs to choose: fit only the first candidate (q0.9/none)
+        quantiles, spreads = quantiles[:1], spreads[:1]
     candidates = []
-    for quantile in QUANTILES if params.quantile is None else (params.quantile,):
+    for quantile in quantiles:
         fixed = replace(params, quantile=quantile)
         fitted = _fit_predictor(split.train, spec, fixed, rate)
         for spread in spreads:
             candidates.append(replace(fitted, params=replace(fixed, spread=spread), spread=spread))
-    if with_requests and params.quantile is None and params.spread is None:
+    if choose and with_requests and params.quantile is None and params.spread is None:
         # Risk allocation over fractions of the request; jobs without one go to the first candidate.
         levels = _fit_predictor(split.train, spec, params, rate, levels=True)
         levels.companion = candidates[0]
         candidates.append(levels)
-    if len(candidates) > 1 and len(split.cal) >= MIN_SELECTION_JOBS:
+    if len(candidates) > 1:
         predictor = select_variant(candidates, split.cal, spec, rate, params)  # calibrated there
     else:
         predictor = candidates[0]
