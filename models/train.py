@@ -199,7 +199,7 @@ class Predictor:
     def _predict_levels(self, table: pd.DataFrame) -> np.ndarray:
         spec = TARGETS[self.target]
         request = _request(table, spec)
-        has = np.isfinite(request) & (request > 0)
+        has = _states_request(request)
         out = np.empty(len(table))
         if (~has).any():
             assert self.companion is not None, "a levels predictor answers request-less jobs by its companion"
@@ -228,6 +228,11 @@ def _request(table: pd.DataFrame, spec: TargetSpec) -> np.ndarray:
     if spec.request not in table:
         return np.full(len(table), np.nan)
     return table[spec.request].to_numpy(dtype="float64")
+
+
+def _states_request(request: np.ndarray) -> np.ndarray:
+    """Rows with a request a fraction can be taken of (what the levels kind answers itself)."""
+    return np.isfinite(request) & (request > 0)
 
 
 def score_scale(table: pd.DataFrame, target: str, spread: str) -> np.ndarray:
@@ -266,7 +271,7 @@ def _fit_predictor(
 
     weight_default = default_weight(train, spec)
     if levels:
-        train = train[np.isfinite(_request(train, spec)) & (_request(train, spec) > 0)]
+        train = train[_states_request(_request(train, spec))]
     embedder = fit_text_embedder(train["script_text"], params.embedding_dims, params.seed)
     numeric, categorical = base_feature_columns()
     categories = {
@@ -318,10 +323,12 @@ def calibrate(
     request = cal[spec.request].to_numpy(dtype="float64")
     blocks = time_blocks(cal["submit_ts"])
     need = required[np.isfinite(required)]
+    # The largest need seen: what a job without a request is at most advised (`Predictor.cap`).
+    predictor.fallback = float(need.max()) if len(need) else math.inf
     if predictor.kind == "levels":
         assert predictor.companion is not None
         calibrate(predictor.companion, cal, spec, rate, confidence)
-        has = np.isfinite(request) & (request > 0)
+        has = _states_request(request)
         part, asked, required = cal[has], request[has], required[has]
         levels = candidate_levels(asked, spec)
         met = met_probability(predictor.class_probs(part))
@@ -331,7 +338,6 @@ def calibrate(
             blocks[has],
         )
     else:
-        predictor.fallback = float(need.max()) if len(need) else math.inf
         raw, scale, cap = predictor.predict_raw(cal), predictor.scale(cal), predictor.cap(request)
         predictor.offset_log = blockwise(
             lambda m: capped_offset(
@@ -345,7 +351,6 @@ def calibrate(
             ),
             blocks,
         )
-    predictor.fallback = float(need.max()) if len(need) else math.inf
 
 
 def select_variant(
@@ -409,8 +414,8 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
         # A scaled score needs the cap: without a request a wide spread is an unbounded recommendation.
         spreads = ("none",)
     quantiles = QUANTILES if params.quantile is None else (params.quantile,)
-    choose = len(split.cal) >= MIN_SELECTION_JOBS
-    if not choose:  # too few calibration jobs to choose: fit only the first candidate (q0.9/none)
+    selecting = len(split.cal) >= MIN_SELECTION_JOBS
+    if not selecting:  # too few calibration jobs to choose: fit only the first candidate (q0.9/none)
         quantiles, spreads = quantiles[:1], spreads[:1]
     candidates = []
     for quantile in quantiles:
@@ -418,7 +423,7 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
         fitted = _fit_predictor(split.train, spec, fixed, rate)
         for spread in spreads:
             candidates.append(replace(fitted, params=replace(fixed, spread=spread), spread=spread))
-    if choose and with_requests and params.quantile is None and params.spread is None:
+    if selecting and with_requests and params.quantile is None and params.spread is None:
         # Risk allocation over fractions of the request; jobs without one go to the first candidate.
         levels = _fit_predictor(split.train, spec, params, rate, levels=True)
         levels.companion = candidates[0]
