@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import statistics
 import subprocess
@@ -63,8 +64,36 @@ def bench_training(
     return out
 
 
-def bench_recommend(n_jobs: int, calls: int) -> dict[str, float]:
-    """p50/p95 milliseconds of in-process recommend calls (full and model-only)."""
+def bench_predict_one(n_jobs: int, rounds: int, calls: int) -> dict[str, float]:
+    """p50 milliseconds of one job's runtime prediction by a calibrated q0.9 predictor and by a `levels` one
+    (its multiclass classifier: one tree per class and round) fitted to the same synthetic cluster: what a
+    `levels` champion adds to a `recommend` call, whichever variant the bench's own training kept."""
+    from models.train import _fit_predictor, calibrate, target_rows, time_split
+
+    jobs, scripts = synthetic_cluster(n_jobs, n_users=40, seed=2)
+    spec = TARGETS["runtime"]
+    split = time_split(target_rows(build_training_table(jobs, scripts, GPU_MEM), spec), 0.6, 0.2)
+    params = TrainParams(num_boost_round=rounds, quantile=0.9, spread="none")
+    quantile = _fit_predictor(split.train, spec, params, 0.02)
+    levels = _fit_predictor(split.train, spec, params, 0.02, levels=True)
+    levels.companion = quantile
+    out = {}
+    for name, predictor in (("q0.9", quantile), ("levels", levels)):
+        calibrate(predictor, split.cal, spec, 0.02, params.confidence)
+        row = split.test.iloc[:1]
+        predictor.predict(row)  # one unmeasured call: lazy set-up inside LightGBM and pandas
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            predictor.predict(row)
+            times.append((time.perf_counter() - t) * 1000)
+        out[name] = statistics.median(times)
+    return out
+
+
+def bench_recommend(n_jobs: int, calls: int) -> dict[str, object]:
+    """p50/p95 milliseconds of warm in-process recommend calls (history snapshot, fresh history), seconds
+    of cold CLI calls, and the kept variant of each champion (a `levels` one adds a multiclass predict)."""
     import pandas as pd
 
     from jobs.commands.recommend import recommend
@@ -97,13 +126,15 @@ def bench_recommend(n_jobs: int, calls: int) -> dict[str, float]:
     from jobs.commands import train
 
     args = argparse.Namespace(
-        cluster="demo", json=True, targets=list(TARGETS), rounds=100, quantile=None, spread=None
+        cluster="demo", json=True, targets=list(TARGETS), rounds=100, quantile=None, spread=None, threads=1
     )
-    with contextlib.redirect_stdout(io.StringIO()):  # train's report is not a bench figure
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):  # train's report is not a bench figure
         train.run(ctx, args)
+    trained = json.loads(report.getvalue())["targets"]
     recommend(ctx, NEW_SCRIPT, "demo", "u1")  # warm: loads and caches the champions and the snapshot
     recommend(ctx, NEW_SCRIPT, "demo", "u1", fresh_history=True)  # warm: Spark up, Delta log cached
-    out: dict[str, float] = {}
+    out: dict[str, object] = {"variants": {t: info["variant"]["name"] for t, info in trained.items()}}
     for name, fresh in (("snapshot", False), ("fresh", True)):
         times = []
         for _ in range(calls):
@@ -176,7 +207,8 @@ def main() -> None:
                 print(f"{'':17s} selection / q0.9 only: {ratio:.1f}x", flush=True)
     if not args.skip_recommend:
         lat = bench_recommend(args.recommend_jobs, calls)
-        print(f"recommend ({args.recommend_jobs} jobs in silver.jobs, 4 champions)")
+        variants = ", ".join(f"{t} {v}" for t, v in lat["variants"].items())  # type: ignore[union-attr]
+        print(f"recommend ({args.recommend_jobs} jobs in silver.jobs; champions: {variants})")
         print(
             f"  warm in-process, history snapshot ({calls} calls): p50 {lat['snapshot_p50_ms']:.0f} ms, "
             f"p95 {lat['snapshot_p95_ms']:.0f} ms"
@@ -189,6 +221,11 @@ def main() -> None:
             "  cold CLI (new process, bytecode cached, median of 3): "
             f"snapshot {lat['cold_snapshot_s']:.1f} s, "
             f"--fresh-history {lat['cold_fresh_s']:.1f} s"
+        )
+        one = bench_predict_one(args.recommend_jobs, 100, calls)
+        print(
+            f"  one job's runtime prediction, model only (100 rounds, median of {calls}): "
+            f"q0.9 {one['q0.9']:.1f} ms, levels {one['levels']:.1f} ms"
         )
 
 

@@ -53,8 +53,9 @@ class TrainParams:
     embedding_dims: int = 16
     train_frac: float = 0.6
     cal_frac: float = 0.2
-    # One thread by default: on a shared 2-core machine LightGBM's OpenMP threads spin-wait and run
-    # 10x slower than one thread (measured in bench/train_recommend.py).
+    # One thread by default: on a shared 2-core machine LightGBM's OpenMP threads spin-wait and ran 10x
+    # slower than one thread; with the cores to itself, 2 threads trained 1.8x faster (`jobfit train
+    # --threads`; both measured in bench/train_recommend.py).
     num_threads: int = 1
     max_bin: int = 63
     seed: int = 0

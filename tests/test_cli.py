@@ -84,3 +84,11 @@ def test_relative_warehouse_is_made_absolute(tmp_path, monkeypatch) -> None:
     assert table_path(load_settings({}), "silver.jobs") == f"{tmp_path.resolve()}/warehouse/silver/jobs"
     s3 = load_settings({"JOBFIT_WAREHOUSE": "s3a://bucket/jf/"})
     assert table_path(s3, "bronze.sacct") == "s3a://bucket/jf/bronze/sacct"
+
+
+def test_train_bad_numbers_are_one_line_exit_2(jobfit) -> None:
+    expected = "jobfit: error: --rounds and --threads must be >= 1 and --quantile between 0 and 1\n"
+    for flag, value in (("--threads", "0"), ("--rounds", "0"), ("--quantile", "1.5")):
+        res = jobfit("train", "--cluster", "demo", flag, value)
+        assert res.code == 2, (flag, res.err)
+        assert res.err == expected
