@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import Context
-from jobs.tables import read_table, replace_where
+from jobs.tables import month_predicate, read_table, replace_where
 from pipelines.failure_eval import has_evidence
 from pipelines.failures import diagnose_failures, filter_diagnosable, gpu_signals, parse_job_log_text
 from pipelines.schemas import GOLD_FAILURES
@@ -64,7 +64,7 @@ def build_failures(ctx: Context, cluster: str, month: str) -> FailureCounts:
     cluster-month of gold.failures with the result; returns the counts written."""
     ctx.progress(f"failures: diagnosing {cluster} {month} ...")
     rows = diagnose(ctx, cluster, month)
-    predicate = f"cluster = '{cluster.replace(chr(39), chr(39) * 2)}' AND month = '{month}'"
+    predicate = month_predicate(cluster, month)
     replace_where(ctx.spark, ctx.settings, GOLD_FAILURES.name, rows, predicate)
     written = read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name).where(predicate)
     summary = written.groupBy("cause").agg(

@@ -26,7 +26,7 @@ from jobs.ingest import (
     union_all,
     write_quarantine,
 )
-from jobs.tables import merge_into, read_table
+from jobs.tables import merge_into, read_table, sql_string
 from jobs.validate import validate
 from pipelines.attribution import with_job_attribution
 from pipelines.dcgm import (
@@ -152,8 +152,7 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     checked_rows = validate(rows, SILVER_GPU_SAMPLES.name, "dcgm")
     if summary:
         lo, hi = min(r["lo"] for r in summary), max(r["hi"] for r in summary)
-        cluster = args.cluster.replace("\\", "\\\\").replace("'", "\\'")  # a SQL string literal
-        span = f"t.cluster = '{cluster}' AND t.ts BETWEEN '{lo}' AND '{hi}'"
+        span = f"t.cluster = {sql_string(args.cluster)} AND t.ts BETWEEN '{lo}' AND '{hi}'"
         counts = merge_into(
             ctx.spark,
             ctx.settings,

@@ -147,6 +147,16 @@ def append_rows(spark: SparkSession, settings: Settings, name: str, df: DataFram
     )
 
 
+def sql_string(value: str) -> str:
+    """`value` as a Spark SQL string literal (backslashes and quotes escaped), for predicates in text."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def month_predicate(cluster: str, month: str) -> str:
+    """The replaceWhere predicate of one cluster-month."""
+    return f"cluster = {sql_string(cluster)} AND month = {sql_string(month)}"
+
+
 def replace_where(spark: SparkSession, settings: Settings, name: str, df: DataFrame, predicate: str) -> None:
     """Overwrite exactly the rows matching `predicate` (e.g. one cluster-month) with `df`: rerunnable."""
     spec = spec_for(name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jobs.context import Context
-from jobs.tables import merge_into, read_table, table_path
+from jobs.tables import merge_into, month_predicate, read_table, sql_string, table_path
 from pipelines.schemas import SILVER_JOBS
 from tests.rows import job_row
 
@@ -36,3 +36,13 @@ def test_older_table_gains_new_columns(make_ctx: Callable[..., Context]) -> None
     rows = {r["job_id"]: r for r in read_table(spark, settings, SILVER_JOBS.name).collect()}
     assert (rows["1"]["limit_cpu_cores"], rows["1"]["limit_mem_bytes"]) == (None, None)
     assert (rows["2"]["limit_cpu_cores"], rows["2"]["limit_mem_bytes"]) == (0.5, 4 * 2**30)
+
+
+def test_predicates_match_names_with_quotes_and_backslashes(make_ctx: Callable[..., Context]) -> None:
+    """A cluster name is free text in predicates built as SQL: it must match itself and nothing else."""
+    spark = make_ctx().spark
+    names = ["it's", "a\\b", "a\\'b", "plain"]
+    frame = spark.createDataFrame([(n, "2026-03") for n in names], "cluster string, month string")
+    for name in names:
+        assert [r.cluster for r in frame.where(month_predicate(name, "2026-03")).collect()] == [name]
+        assert spark.sql(f"SELECT {sql_string(name)} AS v").first().v == name

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from conf import ClusterConfig, ConfigError, load_cluster
 from jobs.commands import add_common
 from jobs.context import Context
-from jobs.tables import read_table, replace_where, table_exists
+from jobs.tables import month_predicate, read_table, replace_where, table_exists
 from pipelines.attribution import with_job_attribution
 from pipelines.gold import account_month, cluster_month, user_month
 from pipelines.schemas import TABLES
@@ -81,15 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_common(p, month=True)
     p.set_defaults(func=run)
-
-
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def month_predicate(cluster: str, month: str) -> str:
-    """The replaceWhere predicate of one cluster-month."""
-    return f"cluster = {_sql_str(cluster)} AND month = {_sql_str(month)}"
 
 
 def cluster_config(ctx: Context, cluster: str) -> tuple[ClusterConfig, str]:

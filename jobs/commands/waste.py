@@ -9,9 +9,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from jobs.commands import add_common, require
-from jobs.commands.build import month_predicate
 from jobs.context import Context, UsageError
-from jobs.tables import read_table, table_exists
+from jobs.tables import month_predicate, read_table, table_exists
 from pipelines.gold import partition_breakdown
 
 
