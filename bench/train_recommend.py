@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -64,13 +66,12 @@ def bench_training(
     return out
 
 
-def bench_predict_one(n_jobs: int, rounds: int, calls: int) -> dict[str, float]:
+def bench_predict_one(jobs: pd.DataFrame, scripts: pd.DataFrame, rounds: int, calls: int) -> dict[str, float]:
     """p50 milliseconds of one job's runtime prediction by a calibrated q0.9 predictor and by a `levels` one
     (its multiclass classifier: one tree per class and round) fitted to the same synthetic cluster: what a
     `levels` champion adds to a `recommend` call, whichever variant the bench's own training kept."""
     from models.train import _fit_predictor, calibrate, target_rows, time_split
 
-    jobs, scripts = synthetic_cluster(n_jobs, n_users=40, seed=2)
     spec = TARGETS["runtime"]
     split = time_split(target_rows(build_training_table(jobs, scripts, GPU_MEM), spec), 0.6, 0.2)
     params = TrainParams(num_boost_round=rounds, quantile=0.9, spread="none")
@@ -91,11 +92,9 @@ def bench_predict_one(n_jobs: int, rounds: int, calls: int) -> dict[str, float]:
     return out
 
 
-def bench_recommend(n_jobs: int, calls: int) -> dict[str, object]:
+def bench_recommend(jobs: pd.DataFrame, scripts: pd.DataFrame, calls: int) -> dict[str, object]:
     """p50/p95 milliseconds of warm in-process recommend calls (history snapshot, fresh history), seconds
     of cold CLI calls, and the kept variant of each champion (a `levels` one adds a multiclass predict)."""
-    import pandas as pd
-
     from jobs.commands.recommend import recommend
     from jobs.context import Context
     from jobs.tables import table_path
@@ -112,7 +111,6 @@ def bench_recommend(n_jobs: int, calls: int) -> dict[str, object]:
         },
         quiet=True,
     )
-    jobs, scripts = synthetic_cluster(n_jobs, n_users=40, seed=2)
     for spec, frame in ((SILVER_JOBS, jobs.copy()), (SILVER_SCRIPTS, scripts.copy())):
         frame["ingested_at"] = pd.Timestamp("2026-04-01")
         frame["is_final"] = True
@@ -206,7 +204,8 @@ def main() -> None:
                 ratio = runs["selection"]["total"] / runs["q0.9 only"]["total"]
                 print(f"{'':17s} selection / q0.9 only: {ratio:.1f}x", flush=True)
     if not args.skip_recommend:
-        lat = bench_recommend(args.recommend_jobs, calls)
+        jobs, scripts = synthetic_cluster(args.recommend_jobs, n_users=40, seed=2)
+        lat = bench_recommend(jobs, scripts, calls)
         variants = ", ".join(f"{t} {v}" for t, v in lat["variants"].items())  # type: ignore[union-attr]
         print(f"recommend ({args.recommend_jobs} jobs in silver.jobs; champions: {variants})")
         print(
@@ -222,7 +221,7 @@ def main() -> None:
             f"snapshot {lat['cold_snapshot_s']:.1f} s, "
             f"--fresh-history {lat['cold_fresh_s']:.1f} s"
         )
-        one = bench_predict_one(args.recommend_jobs, 100, calls)
+        one = bench_predict_one(jobs, scripts, 100, calls)
         print(
             f"  one job's runtime prediction, model only (100 rounds, median of {calls}): "
             f"q0.9 {one['q0.9']:.1f} ms, levels {one['levels']:.1f} ms"

@@ -270,8 +270,8 @@ def _fit_predictor(
     grows one tree per class and round: it runs a third of the rounds at three times the learning rate."""
     import lightgbm as lgb
 
-    weight_default = default_weight(train, spec)
-    if levels:
+    if levels:  # the default weight over every training job, the classifier on those with a request
+        weight_default = default_weight(train, spec)
         train = train[_states_request(_request(train, spec))]
     embedder = fit_text_embedder(train["script_text"], params.embedding_dims, params.seed)
     numeric, categorical = base_feature_columns()
@@ -321,7 +321,7 @@ def calibrate(
     lambda, over the slice's jobs that state a request, and its companion's offset. The shift must keep
     the rate in each time block of the slice (models.calibrate.time_blocks)."""
     required = cal[f"{spec.name}_required"].to_numpy(dtype="float64")
-    request = cal[spec.request].to_numpy(dtype="float64")
+    request = _request(cal, spec)
     blocks = time_blocks(cal["submit_ts"])
     need = required[np.isfinite(required)]
     # The largest need seen: what a job without a request is at most advised (`Predictor.cap`).
