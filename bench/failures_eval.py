@@ -22,15 +22,15 @@ sys.path.insert(0, str(REPO))
 from jobs.cli import main  # noqa: E402
 from jobs.commands.ingest import SOURCES  # noqa: E402
 from jobs.context import Context  # noqa: E402
-from jobs.failures_build import build_failures, score_against_truth  # noqa: E402
-from pipelines.failure_eval import (  # noqa: E402
+from jobs.stages.failures import build_failures, score_against_truth  # noqa: E402
+from pipelines.gold.failures import classify_text, with_text_diagnosis  # noqa: E402
+from pipelines.gold.failures.scoring import (  # noqa: E402
     CATEGORY_TO_CAUSE,
     confusion_table,
     error_log_body,
     precision_recall,
     precision_recall_text,
 )
-from pipelines.failures import classify_text, with_text_diagnosis  # noqa: E402
 
 REAL = Path(os.environ.get("JOBFIT_REAL_DATA", REPO.parent / "shared" / "data" / "real"))
 

@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from jobs.context import Context
-    from jobs.ingest_dcgm import run
-    from jobs.tables import merge_into
+    from jobs.io.tables import merge_into
+    from jobs.stages.ingest.dcgm import run
     from pipelines.schemas import SILVER_JOBS
 
     with tempfile.TemporaryDirectory(prefix="bench-dcgm-") as tmp:

@@ -97,7 +97,7 @@ def bench_recommend(jobs: pd.DataFrame, scripts: pd.DataFrame, calls: int) -> di
     of cold CLI calls, and the kept variant of each champion (a `levels` one adds a multiclass predict)."""
     from jobs.commands.recommend import recommend
     from jobs.context import Context
-    from jobs.tables import table_path
+    from jobs.io.tables import table_path
     from pipelines.schemas import SILVER_JOBS, SILVER_SCRIPTS
     from tests.test_recommend import NEW_SCRIPT
 

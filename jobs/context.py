@@ -49,7 +49,7 @@ class Context:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            from jobs.spark import build_session
+            from jobs.io.spark import build_session
 
             self.progress("starting Spark ...")
             self._spark = build_session(self.settings)

@@ -250,7 +250,7 @@ SILVER_JOB_LOGS = TableSpec(
     grain="one output stream (stdout or stderr) of one job",
 )
 
-# Why each failed job failed (pipelines/failures.py, docs/failures.md).
+# Why each failed job failed (pipelines/gold/failures/__init__.py, docs/failures.md).
 GOLD_FAILURES = TableSpec(
     name="gold.failures",
     schema=_fields(
@@ -270,7 +270,7 @@ GOLD_FAILURES = TableSpec(
         ("gpu_model", S, True),
         ("gpus", INT, True),
         ("cpus", INT, True),
-        ("cause", S, False),  # pipelines.failures.CAUSES
+        ("cause", S, False),  # pipelines.gold.failures.CAUSES
         ("detail", S, True),  # finer label within the cause (ecc, xid, import_error, by_user, ...)
         ("user_fixable", B, False),  # false for hardware, node, network, preemption, admin and unknown
         ("confidence", D, False),  # 0..1
@@ -290,8 +290,8 @@ GOLD_FAILURES = TableSpec(
     grain="one failed, timed-out, OOM, node-failed, preempted or cancelled job",
 )
 
-# Gold: per-job usage and waste (pipelines/waste.py states the formulas), and the month rollups
-# (pipelines/gold.py). Hours are full-GPU / core / GiB hours; dollars by the cluster's price sheet.
+# Gold: per-job usage and waste (pipelines/gold/waste.py states the formulas), and the month rollups
+# (pipelines/gold/rollups.py). Hours are full-GPU / core / GiB hours; dollars by the cluster's price sheet.
 # GPU figures are null when the job has no telemetry ("unknown", never 0 %); coverage stands beside them.
 GOLD_JOB_USAGE = TableSpec(
     name="gold.job_usage",

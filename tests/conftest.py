@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from conf import load_settings
 from jobs.cli import main
 from jobs.context import Context
-from jobs.spark import build_session
+from jobs.io.spark import build_session
 
 REPO = Path(__file__).resolve().parents[1]
 # py4j logs "Closing down clientserver connection" from __del__ after pytest has closed its streams.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.failure_eval import error_log_body
+from pipelines.gold.failures.scoring import error_log_body
 
 
 def real_error_logs(real: Path) -> list[tuple[str, str, str]]:

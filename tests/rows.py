@@ -7,7 +7,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.tables import conform, table_path
+from jobs.io.tables import conform, table_path
 from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOBS, TABLES
 
 GIB = 1024**3

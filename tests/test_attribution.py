@@ -8,8 +8,8 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from pipelines.attribution import with_job_attribution
 from pipelines.schemas import SILVER_GPU_SAMPLES
+from pipelines.silver.attribution import with_job_attribution
 
 T0 = datetime(2026, 11, 3, 10, 0, 0)
 T1 = datetime(2026, 11, 3, 11, 0, 0)

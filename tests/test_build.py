@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobs.tables import merge_into, read_table
+from jobs.io.tables import merge_into, read_table
 from tests.rows import append_silver, job_row, jobs_frame, use
 from tests.test_waste import scenario
 

@@ -8,7 +8,7 @@ import sys
 
 from pyspark.sql import Row
 
-from jobs.tables import merge_into
+from jobs.io.tables import merge_into
 
 
 def test_help_lists_commands() -> None:
@@ -78,7 +78,7 @@ def test_merge_counts_when_nothing_changes(make_ctx) -> None:
 def test_relative_warehouse_is_made_absolute(tmp_path, monkeypatch) -> None:
     """The default warehouse is ./warehouse; Delta's path API needs it absolute, URIs stay as given."""
     from conf import load_settings
-    from jobs.tables import table_path
+    from jobs.io.tables import table_path
 
     monkeypatch.chdir(tmp_path)
     assert table_path(load_settings({}), "silver.jobs") == f"{tmp_path.resolve()}/warehouse/silver/jobs"

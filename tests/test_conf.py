@@ -67,7 +67,7 @@ def test_unknown_cluster_lists_known_ones() -> None:
 
 
 def test_relative_jars_dir_is_read_from_the_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jobs.spark import CHECKOUT, delta_jars
+    from jobs.io.spark import CHECKOUT, delta_jars
 
     jars = CHECKOUT / ".jars"
     if not any(jars.glob("*.jar")):

@@ -13,9 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.context import Context
-from jobs.ingest import lines_frame, scan_inputs
-from jobs.ingest_dcgm import scrape_time
-from pipelines.dcgm import CSV_HEADER, parse_dcgm_lines, pivot_samples
+from jobs.stages.ingest.common import lines_frame, scan_inputs
+from jobs.stages.ingest.dcgm import scrape_time
+from pipelines.silver.dcgm import CSV_HEADER, parse_dcgm_lines, pivot_samples
 
 MIB = 1024**2
 T0 = datetime(2026, 11, 3, 10, 0, 0)

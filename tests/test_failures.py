@@ -11,9 +11,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from conf import load_cluster
-from jobs.tables import merge_into
-from pipelines.failure_eval import CATEGORY_TO_CAUSE, confusion_table, error_log_body
-from pipelines.failures import classify_text, diagnose_failures, gpu_signals, with_text_diagnosis
+from jobs.io.tables import merge_into
+from pipelines.gold.failures import classify_text, diagnose_failures, gpu_signals, with_text_diagnosis
+from pipelines.gold.failures.scoring import CATEGORY_TO_CAUSE, confusion_table, error_log_body
 from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOB_STEPS, SILVER_JOBS
 from tests.failures_helpers import real_error_logs
 
@@ -77,7 +77,7 @@ JOBS = [
     _job("10", "PREEMPTED", elapsed_s=5400),
     _job("11", "FAILED", exit_code=1, alloc_gpus=1, gpu_model="A100-SXM4-80GB", node_list="g014"),
     _job("12", "FAILED", exit_code=2, node_list="g015,g016"),
-    # Kubernetes pods as pipelines/k8s.py writes them: state_raw is phase[:reason[:exit]]
+    # Kubernetes pods as pipelines/silver/k8s.py writes them: state_raw is phase[:reason[:exit]]
     _job("ml/evicted", "PREEMPTED", source="k8s", state_raw="Failed:Evicted"),
     _job("ml/pull", "PENDING", source="k8s", state_raw="Pending:ImagePullBackOff", end_ts=None),
     _job("ml/killed", "FAILED", source="k8s", state_raw="Failed:Error:exit 137", exit_code=137),

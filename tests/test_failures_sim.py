@@ -9,9 +9,9 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from jobs.commands.ingest import SOURCES
-from jobs.failures_build import score_against_truth
-from jobs.tables import read_table
-from pipelines.failure_eval import confusion_table, precision_recall, precision_recall_text
+from jobs.io.tables import read_table
+from jobs.stages.failures import score_against_truth
+from pipelines.gold.failures.scoring import confusion_table, precision_recall, precision_recall_text
 
 MONTH = "2026-11"
 MIN_SCORE = 0.9
@@ -46,8 +46,9 @@ def test_simulated_month_precision_and_recall_per_cause(jobfit, make_ctx, tmp_pa
     ctx = make_ctx()
     pods = read_table(ctx.spark, ctx.settings, "silver.jobs").where("source = 'k8s'")
     if not pods.where(F.col("state_raw").rlike("(?i)ImagePull")).limit(1).collect():
-        # pipelines/k8s.py keeps phase[:reason[:exit]] of terminated containers only, so a pod waiting in
-        # ImagePullBackOff reaches silver as plain "Pending": nothing downstream can name the cause yet.
+        # pipelines/silver/k8s.py keeps phase[:reason[:exit]] of terminated containers only, so a pod
+        # waiting in ImagePullBackOff reaches silver as plain "Pending": nothing downstream can name the
+        # cause yet.
         print("k8s_image_pull not judged: silver.jobs.state_raw does not carry container waiting reasons")
         injected.discard("k8s_image_pull")
     low = {

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.failure_eval import CATEGORY_TO_CAUSE, confusion_table
-from pipelines.failures import CAUSES, LOG_PATTERNS, classify_text, log_facts, parse_log_file_name
-from pipelines.xid import APPLICATION, HARDWARE, INFORMATIONAL, XID_CATALOGUE, describe
+from pipelines.gold.failures import CAUSES, LOG_PATTERNS, classify_text, log_facts, parse_log_file_name
+from pipelines.gold.failures.scoring import CATEGORY_TO_CAUSE, confusion_table
+from pipelines.gold.failures.xid import APPLICATION, HARDWARE, INFORMATIONAL, XID_CATALOGUE, describe
 from tests.failures_helpers import real_error_logs
 
 

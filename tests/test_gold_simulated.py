@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jobs.tables import read_table
+from jobs.io.tables import read_table
 
 
 def test_gold_recovers_simulated_waste(jobfit, make_ctx, tmp_path: Path) -> None:

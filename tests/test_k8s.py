@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.k8s import (
+from pipelines.silver.k8s import (
     cpu_cores,
     memory_bytes,
     parse_pod,

@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 
 from conf import load_cluster
 from jobs.context import Context
-from jobs.tables import table_path
+from jobs.io.tables import table_path
 from models.recommend import choose_gpu, format_mem, format_time
 from pipelines.schemas import SILVER_JOBS, SILVER_SCRIPTS
 from tests.conftest import CliResult

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.ingest_sacct import parse_files
-from pipelines import sacct
+from jobs.stages.ingest.sacct import parse_files
 from pipelines.schemas import BRONZE_SCHEMA, SILVER_JOB_STEPS, SILVER_JOBS
+from pipelines.silver import sacct
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 T0 = datetime(2026, 1, 1)
@@ -74,8 +74,8 @@ def real_groups(path: Path) -> dict[str, tuple[str, list[str]]]:
 
 
 def bronze_of(spark: SparkSession, files: dict[str, list[str]], cluster: str | None = None):
-    """A bronze frame of in-memory files (name → lines), as jobs.ingest.bronze_frame lays it out; without
-    a cluster, each file is its own cluster (fixtures reuse job ids such as 1234)."""
+    """A bronze frame of in-memory files (name → lines), as jobs.stages.ingest.common.bronze_frame lays it
+    out; without a cluster, each file is its own cluster (fixtures reuse job ids such as 1234)."""
     rows = [
         (cluster or name, name, hashlib.sha256(name.encode()).hexdigest(), i, raw, T0)
         for name, lines in files.items()

@@ -6,7 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
-from jobs.tables import read_table
+from jobs.io.tables import read_table
 
 HEADER = (
     "JobID|JobIDRaw|JobName|User|Account|Partition|State|ExitCode|Submit|Start|End|Elapsed|Timelimit|"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.scripts import parse_directives, parse_script, script_hash, split_batch_script_output
+from pipelines.silver.scripts import parse_directives, parse_script, script_hash, split_batch_script_output
 
 GiB, MiB = 1024**3, 1024**2
 

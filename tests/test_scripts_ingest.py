@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jobs.ingest_scripts import job_id_from_name
-from pipelines.script_links import with_script_hash
-from pipelines.scripts import script_hash
+from jobs.stages.ingest.scripts import job_id_from_name
+from pipelines.silver.script_links import with_script_hash
+from pipelines.silver.scripts import script_hash
 
 SCRIPT = (
     "#!/bin/bash\n#SBATCH -c 4\n#SBATCH --mem=8G\n#SBATCH --gres=gpu:a100:1\n"

@@ -16,7 +16,7 @@ from conf import load_cluster
 from jobs.simulator import simulate
 from jobs.simulator.catalog import FAILURE_CAUSES
 from jobs.simulator.sacct import FIELDS
-from pipelines.sacct import detect_layout, is_header
+from pipelines.silver.sacct import detect_layout, is_header
 from pipelines.units import (
     expand_hostlist,
     parse_duration_s,

@@ -10,8 +10,8 @@ import pandas as pd
 
 from conf import load_cluster
 from jobs.commands.ingest import SOURCES
+from jobs.io.tables import read_table
 from jobs.simulator import simulate
-from jobs.tables import read_table
 
 # Simulator folder -> ingest source (the demo's order: accounting before what attaches to jobs).
 FOLDERS = (("sacct", "sacct"), ("scripts", "scripts"), ("dcgm", "dcgm"), ("k8s", "k8s"), ("logs", "logs"))

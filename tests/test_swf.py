@@ -10,8 +10,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.ingest import read_source_file
-from pipelines.swf import parse_swf, parse_swf_header
+from jobs.stages.ingest.common import read_source_file
+from pipelines.silver.swf import parse_swf, parse_swf_header
 
 LOGS = ("CTC-SP2-1996-3.1-cln.swf.gz", "LPC-EGEE-2004-1.2-cln.swf.gz", "SDSC-SP2-1998-4.2-cln.swf.gz")
 # Non-comment lines of each file, counted with `zcat F | grep -vc '^;'`.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jobs.context import Context
-from jobs.tables import merge_into, month_predicate, read_table, sql_string, table_path
+from jobs.io.tables import merge_into, month_predicate, read_table, sql_string, table_path
 from pipelines.schemas import SILVER_JOBS
 from tests.rows import job_row
 

@@ -9,9 +9,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from jobs.context import DataError
-from jobs.validate import validate
-from pipelines.expectations import expectation_columns, suite_for, suite_tables
+from jobs.io.validate import validate
 from pipelines.schemas import SILVER_JOB_STEPS, SILVER_JOBS
+from pipelines.silver.expectations import expectation_columns, suite_for, suite_tables
 
 T0 = datetime(2026, 1, 5, 9, 0, 0)
 T1 = datetime(2026, 1, 5, 10, 0, 0)

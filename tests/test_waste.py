@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from conf import load_cluster
-from pipelines.waste import (
+from pipelines.gold.waste import (
     DEFAULT_PRICES,
     default_cluster_config,
     job_usage,

@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from conf import load_cluster
-from jobs.tables import read_table
-from pipelines.waste import job_usage
+from jobs.io.tables import read_table
+from pipelines.gold.waste import job_usage
 
 GIB = 1024**3
 # Field orders documented in the real file's header, per fixture.

@@ -18,11 +18,11 @@ from pyspark.sql import functions as F
 from conf import ClusterConfig, ConfigError, load_cluster
 from jobs.commands import add_common
 from jobs.context import Context
-from jobs.tables import month_predicate, read_table, replace_where, table_exists
-from pipelines.attribution import with_job_attribution
-from pipelines.gold import account_month, cluster_month, user_month
+from jobs.io.tables import month_predicate, read_table, replace_where, table_exists
+from pipelines.gold.rollups import account_month, cluster_month, user_month
+from pipelines.gold.waste import default_cluster_config, job_usage, price_sheet_json
 from pipelines.schemas import TABLES
-from pipelines.waste import default_cluster_config, job_usage, price_sheet_json
+from pipelines.silver.attribution import with_job_attribution
 
 # Silver tables keyed by job whose late rows change a month's gold (when they exist).
 _PER_JOB_TABLES = ("silver.job_steps", "silver.job_logs")
@@ -169,7 +169,7 @@ def build_month(
 
     failures_counts, failures = None, None
     if has_yaml:
-        from jobs.failures_build import build_failures
+        from jobs.stages.failures import build_failures
 
         failures_counts = build_failures(ctx, cluster, month).as_dict()
         failures = read_table(spark, settings, "gold.failures").where(month_predicate(cluster, month))

@@ -225,7 +225,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
 
 def _table_counts(ctx: Context) -> dict[str, int]:
     """Rows in every table the run wrote (bronze, silver, gold, quarantine), by name."""
-    from jobs.tables import read_table, table_exists
+    from jobs.io.tables import read_table, table_exists
     from pipelines.schemas import BRONZE_SOURCES, TABLES
 
     names = [*(f"bronze.{s}" for s in BRONZE_SOURCES), *TABLES]

@@ -7,7 +7,7 @@ import argparse
 from features.table import TARGETS, build_training_table
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
+from jobs.io.prediction import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
 from models.metrics import compare_to_baselines
 from models.train import evaluate_target
 
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    from jobs.mlflow_registry import configure, load_champion  # MLflow takes seconds to import: only when run
+    from jobs.io.registry import configure, load_champion  # MLflow takes seconds to import: only when run
 
     rate = ctx.settings.predict.underprovision_rate
     client = configure(ctx.settings)

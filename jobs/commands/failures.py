@@ -8,9 +8,9 @@ from pyspark.sql import functions as F
 
 from jobs.commands import add_common, require
 from jobs.context import Context, UsageError
-from jobs.failures_build import build_failures, diagnose
-from jobs.tables import read_table
-from pipelines.failures import CAUSES
+from jobs.io.tables import read_table
+from jobs.stages.failures import build_failures, diagnose
+from pipelines.gold.failures import CAUSES
 from pipelines.schemas import GOLD_FAILURES
 
 TOP_USERS = 10

@@ -13,12 +13,12 @@ from jobs.context import Context
 
 # source name -> module; a source is listed once its module exists.
 SOURCES: dict[str, str] = {
-    "sacct": "jobs.ingest_sacct",
-    "k8s": "jobs.ingest_k8s",
-    "dcgm": "jobs.ingest_dcgm",
-    "scripts": "jobs.ingest_scripts",
-    "swf": "jobs.ingest_swf",
-    "logs": "jobs.ingest_logs",
+    "sacct": "jobs.stages.ingest.sacct",
+    "k8s": "jobs.stages.ingest.k8s",
+    "dcgm": "jobs.stages.ingest.dcgm",
+    "scripts": "jobs.stages.ingest.scripts",
+    "swf": "jobs.stages.ingest.swf",
+    "logs": "jobs.stages.ingest.logs",
 }
 
 

@@ -21,9 +21,9 @@ from features.table import (
 )
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs
+from jobs.io.prediction import cluster_config, gpu_memory_bytes, read_jobs
 from models.recommend import MIN_USER_HISTORY, assemble, query_row
-from pipelines.scripts import parse_script
+from pipelines.silver.scripts import parse_script
 
 if TYPE_CHECKING:  # MLflow loads in a second or more: only the commands that use it import it
     from mlflow import MlflowClient
@@ -67,7 +67,7 @@ def user_history(
 ) -> tuple[pd.DataFrame, dict[str, object]]:
     """The user's finished jobs on the cluster (targets computed) and where they came from: the newest
     snapshot `jobfit train` logged, or silver.jobs when `fresh` or when there is no snapshot."""
-    from jobs.mlflow_registry import load_history_snapshot
+    from jobs.io.registry import load_history_snapshot
 
     gpu_mem = gpu_memory_bytes(cluster_config(ctx, cluster))
     snapshot = None if fresh else load_history_snapshot(client, cluster)
@@ -86,7 +86,7 @@ def recommend(
     ctx: Context, text: str, cluster: str, user: str, fresh_history: bool = False
 ) -> dict[str, object]:
     """The recommendation payload (documented in docs/cli.md) for one script, cluster and user."""
-    from jobs.mlflow_registry import configure, load_champion
+    from jobs.io.registry import configure, load_champion
 
     info = parse_script(text)
     client = configure(ctx.settings)

@@ -6,7 +6,7 @@ import argparse
 
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.tables import register_tables
+from jobs.io.tables import register_tables
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import argparse
 from features.table import TARGETS, build_training_table, history_snapshot_columns
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.prediction_io import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
+from jobs.io.prediction import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
 from models.train import QUANTILES, SPREADS, TrainParams, evaluate_target, train_target
 
 
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    from jobs.mlflow_registry import (  # MLflow takes seconds to import: only when run
+    from jobs.io.registry import (  # MLflow takes seconds to import: only when run
         configure,
         load_champion,
         log_history_snapshot,

@@ -10,8 +10,8 @@ from pyspark.sql import functions as F
 
 from jobs.commands import add_common, require
 from jobs.context import Context, UsageError
-from jobs.tables import month_predicate, read_table, table_exists
-from pipelines.gold import partition_breakdown
+from jobs.io.tables import month_predicate, read_table, table_exists
+from pipelines.gold.rollups import partition_breakdown
 
 
 def register(sub: argparse._SubParsersAction) -> None:

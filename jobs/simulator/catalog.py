@@ -53,8 +53,8 @@ WORKLOADS: dict[str, float] = {
 }
 GPU_WORKLOADS = frozenset({"dl_train", "dl_infer", "notebook", "gmx_gpu"})
 
-# Failure causes, named as issue 5's taxonomy (pipelines/failures.py CAUSES) names them, and whether the
-# job's owner could have fixed them.
+# Failure causes, named as issue 5's taxonomy (pipelines/gold/failures CAUSES) names them, and whether
+# the job's owner could have fixed them.
 USER_FIXABLE: dict[str, bool] = {
     "none": False,
     "time_limit": True,

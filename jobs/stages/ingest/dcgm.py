@@ -16,7 +16,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
-from jobs.ingest import (
+from jobs.io.tables import merge_into, read_table, sql_string
+from jobs.io.validate import validate
+from jobs.stages.ingest.common import (
     IngestReport,
     InputRef,
     append_bronze,
@@ -26,10 +28,9 @@ from jobs.ingest import (
     union_all,
     write_quarantine,
 )
-from jobs.tables import merge_into, read_table, sql_string
-from jobs.validate import validate
-from pipelines.attribution import with_job_attribution
-from pipelines.dcgm import (
+from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOBS
+from pipelines.silver.attribution import with_job_attribution
+from pipelines.silver.dcgm import (
     CSV_HEADER,
     archive_rows_as_lines,
     check_dcgm_lines,
@@ -38,7 +39,6 @@ from pipelines.dcgm import (
     rejects_of,
     samples_of,
 )
-from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOBS
 
 HELP = (
     "dcgm-exporter scrapes (Prometheus text) or archives (CSV or Parquet: timestamp,metric,labels,value) "

@@ -12,8 +12,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from conf import ClusterConfig
+from pipelines.gold.failures.xid import APPLICATION_XIDS, SYSTEM_FAULT_XIDS, XID_CATALOGUE, codes_regex
 from pipelines.states import FAILED_STATES
-from pipelines.xid import APPLICATION_XIDS, SYSTEM_FAULT_XIDS, XID_CATALOGUE, codes_regex
 
 GIB = 1024**3
 # A peak within 5 % of its limit counts as "at the limit": sacct and DCGM sample, so the true peak is higher.

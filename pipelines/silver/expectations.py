@@ -1,4 +1,4 @@
-"""Great Expectations suites for the silver tables, declared once and run by `jobs/validate.py`.
+"""Great Expectations suites for the silver tables, declared once and run by `jobs/io/validate.py`.
 
 Each expectation carries `meta={"level": ...}`:
 - `row`: the rows it flags are rejected one by one (to quarantine, with the expectation as the reason);

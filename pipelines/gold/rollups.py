@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipelines.waste import SUMMED_COLUMNS, with_rounded
+from pipelines.gold.waste import SUMMED_COLUMNS, with_rounded
 
 TOP_N = 5
 

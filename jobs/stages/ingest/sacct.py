@@ -3,8 +3,8 @@ silver.jobs, silver.job_steps and quarantine.
 
 Every line read is accounted for: skipped (header, comment, blank), quarantined (with its reason),
 or a silver row that was inserted, updated, unchanged or superseded by a newer record of the same key
-(see `pipelines.sacct.newer_sql`). The run checks that these add up to the lines read. A job whose script
-was ingested first takes its `script_hash` from silver.job_scripts (`pipelines.script_links`).
+(see `pipelines.silver.sacct.newer_sql`). The run checks that these add up to the lines read. A job whose
+script was ingested first takes its `script_hash` from silver.job_scripts (`pipelines.silver.script_links`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import Context, DataError, UsageError
-from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from jobs.tables import MergeCounts, conform, merge_into, read_table, table_exists
-from jobs.validate import validate
-from pipelines import sacct
+from jobs.io.tables import MergeCounts, conform, merge_into, read_table, table_exists
+from jobs.io.validate import validate
+from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
 from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS, TableSpec
-from pipelines.script_links import with_script_hash
+from pipelines.silver import sacct
+from pipelines.silver.script_links import with_script_hash
 
 HELP = "sacct --parsable/--parsable2 dumps (with a header line, or given --format) into the job tables"
 SOURCE = "sacct"

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from conf import ClusterConfig, ConfigError, load_cluster
 from jobs.context import Context, UsageError
-from jobs.tables import read_table
+from jobs.io.tables import read_table
 
 # The silver.jobs columns the feature table uses.
 JOB_COLUMNS = (

@@ -44,7 +44,7 @@ def _gx_context():
 def run_suite(table: str, frame: pd.DataFrame) -> list[tuple[str, str, list[int], int]]:
     """Validate a pandas frame against the table's suite: (level, readable name, failing row positions,
     failing count) for every expectation that failed."""
-    from pipelines.expectations import TABLE, describe, suite_for
+    from pipelines.silver.expectations import TABLE, describe, suite_for
 
     suite = suite_for(table)
     context = _gx_context()
@@ -74,7 +74,7 @@ def validate(df: DataFrame, table: str, source: str) -> Validation:
     batch fails a table-level expectation or more than MAX_REJECT_SHARE of its rows are rejected.
     `df` must hold the table's validated columns, `cluster`, `raw` and the line identity columns."""
     # Great Expectations takes ~10 s to import: only a command that validates pays for it.
-    from pipelines.expectations import MAX_REJECT_SHARE, ROW, expectation_columns, suite_for
+    from pipelines.silver.expectations import MAX_REJECT_SHARE, ROW, expectation_columns, suite_for
 
     columns = list(dict.fromkeys([*expectation_columns(suite_for(table)), *ID_COLUMNS]))
     frame = df.select(*columns).toPandas()

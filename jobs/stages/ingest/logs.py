@@ -9,9 +9,9 @@ import pandas as pd
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
-from jobs.ingest import IngestReport, SourceFile, read_inputs, write_bronze, write_quarantine
-from jobs.tables import merge_into
-from pipelines.failures import parse_log_file_name
+from jobs.io.tables import merge_into
+from jobs.stages.ingest.common import IngestReport, SourceFile, read_inputs, write_bronze, write_quarantine
+from pipelines.gold.failures import parse_log_file_name
 from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE, SILVER_JOB_LOGS
 
 HELP = (

@@ -9,10 +9,10 @@ import pandas as pd
 from pyspark.sql import types as T
 
 from jobs.context import Context
-from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from jobs.ingest_swf import merge_jobs
-from pipelines.k8s import parse_pod, split_pod_records
+from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
+from jobs.stages.ingest.swf import merge_jobs
 from pipelines.schemas import QUARANTINE, SILVER_JOBS
+from pipelines.silver.k8s import parse_pod, split_pod_records
 
 HELP = "Kubernetes Pod objects (JSON lines, or kubectl get pods -o json lists) into silver.jobs"
 

@@ -5,7 +5,7 @@ Rules, in order:
    label is the job id, except that a Slurm JobIDRaw (an array task's own number) becomes the task's
    job_id (`with_raw_job_ids_resolved`). A GPU shared by N jobs is exported as N copies of each series:
    each copy stays its own row (key includes `label_job`), so per-job GPU time must be divided by the
-   copies at that timestamp (`pipelines.waste.with_copies`), never summed.
+   copies at that timestamp (`pipelines.gold.waste.with_copies`), never summed.
 2. `overlap`: no label; exactly one GPU job of the cluster ran on the sample's host at the sample's time
    (start_ts <= ts < end_ts, an open end for a running job; hosts from the job's expanded node_list). When
    the jobs frame has a `gpu_indices` column (e.g. `0,1` or `0-1`), a job only claims those GPU indices.

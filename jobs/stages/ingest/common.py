@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
-from jobs.tables import MergeCounts, append_rows, merge_into, read_table
+from jobs.io.tables import MergeCounts, append_rows, merge_into, read_table
 from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE
 
 GZIP_MAGIC = b"\x1f\x8b"

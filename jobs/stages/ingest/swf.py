@@ -8,11 +8,11 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.context import Context
-from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from jobs.tables import MergeCounts, merge_into
-from jobs.validate import validate
+from jobs.io.tables import MergeCounts, merge_into
+from jobs.io.validate import validate
+from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
 from pipelines.schemas import SILVER_JOBS
-from pipelines.swf import parse_swf, parse_swf_header
+from pipelines.silver.swf import parse_swf, parse_swf_header
 
 HELP = "Standard Workload Format logs (Parallel Workloads Archive, .swf or .swf.gz) into silver.jobs"
 

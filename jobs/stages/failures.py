@@ -8,9 +8,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import Context
-from jobs.tables import month_predicate, read_table, replace_where
-from pipelines.failure_eval import has_evidence
-from pipelines.failures import diagnose_failures, filter_diagnosable, gpu_signals, parse_job_log_text
+from jobs.io.tables import month_predicate, read_table, replace_where
+from pipelines.gold.failures import diagnose_failures, filter_diagnosable, gpu_signals, parse_job_log_text
+from pipelines.gold.failures.scoring import has_evidence
 from pipelines.schemas import GOLD_FAILURES
 
 
@@ -86,7 +86,8 @@ def score_against_truth(
 ) -> list[tuple[str, str, bool]]:
     """(true cause, diagnosed cause, evidence archived) for every job of the cluster-month that the
     simulator's truth.parquet marks as failed or cancelled, or that gold.failures diagnosed ("none" on the
-    side without a cause). `evidence archived` is `pipelines.failure_eval.has_evidence` of the truth row."""
+    side without a cause). `evidence archived` is `pipelines.gold.failures.scoring.has_evidence` of the
+    truth row."""
     truth = (
         ctx.spark.read.parquet(truth_path)
         .where((F.col("cluster") == cluster) & (F.date_format("end_ts", "yyyy-MM") == month))

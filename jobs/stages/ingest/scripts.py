@@ -4,8 +4,9 @@ silver.job_scripts (job -> hash), and the hash onto the silver.jobs rows the lin
 A file is either `sacct --batch-script` output (one or more `Batch Script for <job>` blocks) or one script
 named by its job id (`12345.sh`, `12345_7.sbatch`, `12345`). A script whose file name carries no job id is
 stored in silver.scripts without a job link; a job whose script sacct did not store (`NONE`) is
-quarantined. Jobs already in silver.jobs get `script_hash` set here (own link, else their array's or het
-job's: `pipelines.script_links`); jobs ingested later take it from silver.job_scripts in `ingest sacct`."""
+quarantined. Jobs already in silver.jobs get `script_hash` set here (own link, else their array's or
+het job's: `pipelines.silver.script_links`); jobs ingested later take it from silver.job_scripts in
+`ingest sacct`."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from jobs.context import Context
-from jobs.ingest import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from jobs.tables import merge_into, read_table, table_exists, table_path
+from jobs.io.tables import merge_into, read_table, table_exists, table_path
+from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
 from pipelines.schemas import QUARANTINE, SILVER_JOB_SCRIPTS, SILVER_JOBS, SILVER_SCRIPTS
-from pipelines.script_links import with_script_hash
-from pipelines.scripts import parse_script, split_batch_script_output
+from pipelines.silver.script_links import with_script_hash
+from pipelines.silver.scripts import parse_script, split_batch_script_output
 
 HELP = "job scripts (files named by job id, or sacct --batch-script output) into silver.scripts"
 _JOB_ID_NAME = re.compile(r"^(\d+(?:_\d+)?(?:\+\d+)?)(?:\.(?:sh|bash|sbatch|slurm|pbs|job|savescript|txt))?$")

@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf import ClusterConfig, Prices
-from pipelines.attribution import with_raw_job_ids_resolved
+from pipelines.silver.attribution import with_raw_job_ids_resolved
 from pipelines.states import FAILED_STATES
 
 # A GPU sample whose utilisation is below this (percent) counts as idle. DCGM_FI_DEV_GPU_UTIL is an

@@ -1,0 +1,1 @@
+"""Silver into gold: waste and dollars per job, month rollups, failure causes."""
