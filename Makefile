@@ -9,9 +9,9 @@ UV_VERSION := 0.13.9
 DELTA_VERSION := 4.4.0
 DELTA_JARS := io.delta:delta-spark_4.2_2.13:$(DELTA_VERSION) io.delta:delta-storage:$(DELTA_VERSION)
 JARS_DIR := .jars
-APT_PACKAGES := libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 poppler-utils fonts-dejavu-core
+APT_PACKAGES := libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 poppler-utils fonts-dejavu-core lua5.4 curl
 
-.PHONY: setup demo test lint bench lock clean-setup
+.PHONY: setup demo test test-fast lint bench lock clean-setup
 setup: .cache/apt.stamp $(VENV)/.stamp $(JARS_DIR)/.stamp
 
 .cache/apt.stamp: Makefile
@@ -45,6 +45,10 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --durations=15
+
+# The inner loop: the suite without the tests marked slow (end-to-end runs); `make test` runs them all.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -23,7 +23,8 @@ from jobs.cli import main  # noqa: E402
 from jobs.commands.ingest import SOURCES  # noqa: E402
 from jobs.context import Context  # noqa: E402
 from jobs.stages.failures import build_failures, score_against_truth  # noqa: E402
-from pipelines.gold.failures import classify_text, with_text_diagnosis  # noqa: E402
+from pipelines.gold.failures.diagnose import with_text_diagnosis  # noqa: E402
+from pipelines.gold.failures.patterns import classify_text  # noqa: E402
 from pipelines.gold.failures.scoring import (  # noqa: E402
     CATEGORY_TO_CAUSE,
     confusion_table,
@@ -32,7 +33,7 @@ from pipelines.gold.failures.scoring import (  # noqa: E402
     precision_recall_text,
 )
 
-REAL = Path(os.environ.get("JOBFIT_REAL_DATA", REPO.parent / "shared" / "data" / "real"))
+REAL = Path(os.environ.get("REAL_DATA_DIR", REPO / "tests" / "data" / "real"))
 
 
 def real_logs(ctx: Context, copies: int) -> None:
@@ -83,7 +84,7 @@ def simulated(ctx: Context, jobs: int, month: str) -> None:
                 )
         ingest_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        counts = build_failures(ctx, "demo", month)
+        counts = build_failures(ctx, "demo", month, ctx.cluster("demo"))
         build_s = time.perf_counter() - t0
         scored = score_against_truth(ctx, "demo", month, str(out / "truth.parquet"))
     pairs = [(t, p) for t, p, _ in scored]

@@ -17,7 +17,6 @@ import random
 import sys
 import tempfile
 import time
-from argparse import Namespace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         frame = spark.createDataFrame([tuple(j[n] for n in names) for j in jobs], SILVER_JOBS.schema)
         merge_into(spark, ctx.settings, SILVER_JOBS.name, frame)
         start = time.perf_counter()
-        report = run(ctx, Namespace(paths=[str(folder)], cluster="bench", json=False))
+        report = run(ctx, [str(folder)], "bench")
         ingest_s = time.perf_counter() - start
         spark.stop()
     print(report.text())

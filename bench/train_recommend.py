@@ -15,9 +15,6 @@ process per call (imports, MLflow look-ups, Spark start for --fresh-history)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
 import statistics
 import subprocess
@@ -121,15 +118,10 @@ def bench_recommend(jobs: pd.DataFrame, scripts: pd.DataFrame, calls: int) -> di
         ctx.spark.createDataFrame(frame, schema=spec.schema).write.format("delta").save(
             table_path(ctx.settings, spec.name)
         )
-    from jobs.commands import train
+    from jobs.stages.train import train
+    from models.train import TrainParams
 
-    args = argparse.Namespace(
-        cluster="demo", json=True, targets=list(TARGETS), rounds=100, quantile=None, spread=None, threads=1
-    )
-    report = io.StringIO()
-    with contextlib.redirect_stdout(report):  # train's report is not a bench figure
-        train.run(ctx, args)
-    trained = json.loads(report.getvalue())["targets"]
+    trained = train(ctx, "demo", list(TARGETS), TrainParams(num_boost_round=100))["targets"]
     recommend(ctx, NEW_SCRIPT, "demo", "u1")  # warm: loads and caches the champions and the snapshot
     recommend(ctx, NEW_SCRIPT, "demo", "u1", fresh_history=True)  # warm: Spark up, Delta log cached
     out: dict[str, object] = {"variants": {t: info["variant"]["name"] for t, info in trained.items()}}

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 CONF_DIR = Path(__file__).resolve().parent
 ENV_PREFIX = "JOBFIT_"
+# The one JOBFIT_* variable that is not a setting: where base.yaml, local.yaml and clusters/ are read from.
+CONF_DIR_VAR = "JOBFIT_CONF_DIR"
+# Not a setting either: the bearer token `jobfit serve` requires when set (a secret: never in conf/).
+SERVE_TOKEN_VAR = "JOBFIT_SERVE_TOKEN"
 
 
 class ConfigError(ValueError):
@@ -98,6 +103,17 @@ class ClusterConfig(_Strict):
     gpu_models: dict[str, GpuModelSpec] = Field(default_factory=dict)
 
 
+# The documented default price sheet for a cluster without conf/clusters/<name>.yaml: OpenCost's fallback
+# list (opencost configs/default.json, "Default prices based on GCP us-central1"), in USD per vCPU-hour,
+# GiB-hour and GPU-hour.
+DEFAULT_PRICES = Prices(core_hour_usd=0.031611, gib_hour_usd=0.004237, gpu_hour_usd={"default": 0.95})
+
+
+def default_cluster_config(name: str) -> ClusterConfig:
+    """The config of a cluster without a yaml: the default price sheet, no partitions or GPU models."""
+    return ClusterConfig(name=name, scheduler="slurm", prices=DEFAULT_PRICES)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
@@ -118,17 +134,76 @@ def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """JOBFIT_SPARK__MASTER=yarn -> {"spark": {"master": "yarn"}}; values are parsed as YAML scalars."""
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The settings model a field holds (`SmtpSettings | None` holds SmtpSettings); None for a plain value."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def setting_paths(model: type[BaseModel] = Settings) -> list[tuple[str, ...]]:
+    """Every leaf setting's path, in declaration order: ("warehouse",), ("spark", "master"), ..."""
+    paths: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        inner = _model_of(field.annotation)
+        paths += [(name, *sub) for sub in setting_paths(inner)] if inner else [(name,)]
+    return paths
+
+
+def env_name(path: tuple[str, ...]) -> str:
+    """The variable that overrides a setting: ("spark", "master") -> JOBFIT_SPARK__MASTER."""
+    return ENV_PREFIX + "__".join(path).upper()
+
+
+def _env_path(name: str) -> list[str]:
+    """The path a variable names: JOBFIT_SPARK__MASTER -> ["spark", "master"] (`env_name` reversed)."""
+    return name[len(ENV_PREFIX) :].lower().split("__")
+
+
+def env_names() -> list[str]:
+    """Every JOBFIT_* variable jobfit reads: JOBFIT_CONF_DIR, JOBFIT_SERVE_TOKEN, then one per setting."""
+    return [CONF_DIR_VAR, SERVE_TOKEN_VAR, *(env_name(path) for path in setting_paths())]
+
+
+def _is_setting(path: list[str], model: type[BaseModel] = Settings) -> bool:
+    """Whether a path names a setting, a settings group, or an entry of a mapping (spark.conf.<key>)."""
+    field = model.model_fields.get(path[0])
+    if field is None or len(path) == 1:
+        return field is not None
+    inner = _model_of(field.annotation)
+    return _is_setting(path[1:], inner) if inner else get_origin(field.annotation) is dict
+
+
+def _unknown_variables(names: list[str]) -> str:
+    """One line naming each variable that is no setting, a close match if any, and the valid variables."""
+    valid = env_names()
+    described = []
+    for name in sorted(names):
+        setting = ".".join(_env_path(name))
+        close = difflib.get_close_matches(name, valid, n=1)
+        described.append(f"{name} (no setting {setting}" + (f"; did you mean {close[0]}?)" if close else ")"))
+    plural = "s" if len(names) > 1 else ""
+    return f"unknown variable{plural} {', '.join(described)}; valid variables: {', '.join(valid)}"
+
+
+def _env_overrides(environ: Mapping[str, str], source: str) -> dict[str, Any]:
+    """JOBFIT_SPARK__MASTER=yarn -> {"spark": {"master": "yarn"}} (YAML values); unknown name: ConfigError."""
     overrides: dict[str, Any] = {}
+    unknown: list[str] = []
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == "JOBFIT_CONF_DIR":
+        if not name.startswith(ENV_PREFIX) or name in (CONF_DIR_VAR, SERVE_TOKEN_VAR):
             continue
-        path = name[len(ENV_PREFIX) :].lower().split("__")
+        path = _env_path(name)
+        if not _is_setting(path):
+            unknown.append(name)
+            continue
         node = overrides
         for part in path[:-1]:
             node = node.setdefault(part, {})
         node[path[-1]] = yaml.safe_load(raw) if raw else raw
+    if unknown:
+        raise ConfigError(f"{source}: {_unknown_variables(unknown)}")
     return overrides
 
 
@@ -138,28 +213,36 @@ def _describe(exc: ValidationError, source: str) -> str:
     return f"{source}: {where}: {first['msg']}"
 
 
+def resolve_conf_dir(environ: Mapping[str, str] | None = None, conf_dir: Path | None = None) -> Path:
+    """The conf folder (base.yaml, local.yaml, clusters/): $JOBFIT_CONF_DIR, else `conf_dir`, else conf/."""
+    return Path((environ or {}).get(CONF_DIR_VAR) or conf_dir or CONF_DIR)
+
+
 def load_settings(environ: Mapping[str, str] | None = None, conf_dir: Path | None = None) -> Settings:
     """Settings from base.yaml, then local.yaml, then JOBFIT_* variables (last wins)."""
     environ = environ or {}
-    conf_dir = Path(environ.get("JOBFIT_CONF_DIR", conf_dir or CONF_DIR))
+    conf_dir = resolve_conf_dir(environ, conf_dir)
     data = _read_yaml(conf_dir / "base.yaml") if (conf_dir / "base.yaml").exists() else {}
     if (conf_dir / "local.yaml").exists():
         data = _deep_merge(data, _read_yaml(conf_dir / "local.yaml"))
-    data = _deep_merge(data, _env_overrides(environ))
+    source = f"settings ({conf_dir})"
+    data = _deep_merge(data, _env_overrides(environ, source))
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, f"settings ({conf_dir})")) from exc
+        raise ConfigError(_describe(exc, source)) from exc
 
 
-def cluster_names(conf_dir: Path | None = None) -> list[str]:
-    """Names of the clusters with a conf/clusters/<name>.yaml."""
-    return sorted(p.stem for p in ((conf_dir or CONF_DIR) / "clusters").glob("*.yaml"))
+def cluster_names(conf_dir: Path | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Names of the clusters with a clusters/<name>.yaml in the conf folder (see `resolve_conf_dir`)."""
+    return sorted(p.stem for p in (resolve_conf_dir(environ, conf_dir) / "clusters").glob("*.yaml"))
 
 
-def load_cluster(name: str, conf_dir: Path | None = None) -> ClusterConfig:
-    """The cluster's capacity and price sheet from conf/clusters/<name>.yaml."""
-    conf_dir = conf_dir or CONF_DIR
+def load_cluster(
+    name: str, conf_dir: Path | None = None, environ: Mapping[str, str] | None = None
+) -> ClusterConfig:
+    """The cluster's capacity and price sheet from clusters/<name>.yaml in `resolve_conf_dir`'s folder."""
+    conf_dir = resolve_conf_dir(environ, conf_dir)
     path = conf_dir / "clusters" / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(cluster_names(conf_dir)) or "none"

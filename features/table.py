@@ -9,6 +9,7 @@ import pandas as pd
 
 from features.history import with_history
 from features.scripts import SCRIPT_CATEGORICAL, SCRIPT_NUMERIC, with_script_features
+from pipelines.units import MIB
 
 # Silver.jobs states whose row says nothing about what the job needed (it never ran to a peak).
 UNUSABLE_STATES = frozenset(
@@ -34,8 +35,10 @@ class TargetSpec:
 TARGETS: dict[str, TargetSpec] = {
     # Memory and VRAM waste is GiB-seconds: (requested - recommended) x elapsed.
     # Memory is recommended in steps of 256 MiB (`--mem=1280M`); VRAM picks a GPU or MIG slice later.
-    "mem": TargetSpec("mem", "mem_peak_bytes", "mem_req_bytes", "elapsed_s", "bytes", 2.0**20, 2.0**28),
-    "vram": TargetSpec("vram", "vram_peak_bytes", "vram_req_bytes", "elapsed_s", "bytes", 2.0**20),
+    "mem": TargetSpec(
+        "mem", "mem_peak_bytes", "mem_req_bytes", "elapsed_s", "bytes", float(MIB), 256.0 * MIB
+    ),
+    "vram": TargetSpec("vram", "vram_peak_bytes", "vram_req_bytes", "elapsed_s", "bytes", float(MIB)),
     # CPUs actually used = total CPU time / elapsed; waste in core-seconds. Whole CPUs are recommended.
     "cpus": TargetSpec("cpus", "cpus_used", "cpus_req", "elapsed_s", "cpus", 0.01, 1.0),
     # Runtime waste is reserved core-seconds: (time limit - recommended) x allocated CPUs; whole minutes.

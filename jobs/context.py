@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+# Where a cluster's prices came from when it has no yaml (reported beside the figures it priced).
+DEFAULT_SHEET = "default price sheet (OpenCost's prices, no GPU models)"
+
+
 class UsageError(Exception):
     """Bad input from the person running jobfit: printed as one line, exit status 2."""
 
@@ -38,13 +42,35 @@ class Context:
         return load_settings(self.environ)
 
     def cluster(self, name: str) -> ClusterConfig:
-        """The cluster's config (capacity, prices); a UsageError when it has no conf/clusters/<name>.yaml."""
+        """The cluster's own config, for commands that need its capacity (simulate, demo); a UsageError
+        when it has no conf/clusters/<name>.yaml."""
         from conf import ConfigError
 
         try:
-            return load_cluster(name)
+            return load_cluster(name, environ=self.environ)
         except ConfigError as exc:
             raise UsageError(str(exc)) from exc
+
+    def cluster_config(self, name: str) -> tuple[ClusterConfig, str]:
+        """The config every reading stage prices and sizes a cluster by, and where it came from: the
+        cluster's yaml, else the default price sheet (OpenCost's prices, no GPU models), said on stderr.
+
+        The one policy for a cluster without conf/clusters/<name>.yaml (an SWF log, a new cluster)."""
+        from conf import ConfigError, default_cluster_config
+
+        try:
+            return load_cluster(name, environ=self.environ), self._cluster_yaml(name)
+        except ConfigError:
+            self.progress(f"{name}: no conf/clusters/{name}.yaml; using {DEFAULT_SHEET}")
+            return default_cluster_config(name), DEFAULT_SHEET
+
+    def _cluster_yaml(self, name: str) -> str:
+        """Where the cluster's yaml was read: `conf/clusters/<name>.yaml`, or its path in JOBFIT_CONF_DIR."""
+        from conf import CONF_DIR, resolve_conf_dir
+
+        conf_dir = resolve_conf_dir(self.environ)
+        path = conf_dir / "clusters" / f"{name}.yaml"
+        return f"conf/clusters/{name}.yaml" if conf_dir == CONF_DIR else str(path)
 
     @property
     def spark(self) -> SparkSession:

@@ -7,10 +7,11 @@ import pandas as pd
 
 from features.table import TargetSpec
 from models.calibrate import max_expected_rate, short_at_request
+from pipelines.units import GIB
 
 # Resource-seconds to resource-hours, per target unit: bytes -> GiB-hours, cpus -> core-hours,
 # runtime (seconds x cores) -> core-hours.
-HOURS_SCALE = {"bytes": 2.0**30 * 3600.0, "cpus": 3600.0, "s": 3600.0}
+HOURS_SCALE = {"bytes": GIB * 3600.0, "cpus": 3600.0, "s": 3600.0}
 
 
 def evaluate_predictions(table: pd.DataFrame, spec: TargetSpec, predicted: np.ndarray) -> dict[str, object]:

@@ -2,19 +2,69 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from pipelines.states import FINAL_STATES
+
+_EPOCH = "TIMESTAMP'1970-01-01 00:00:00'"
+
+
+@dataclass(frozen=True)
+class NewerWins:
+    """Which of two records of one key is newer, so that a later dump updates a row and an older one never
+    overwrites it: a final state beats a non-final one (finality read from `state`); then the later of
+    each `times` column in turn (null, e.g. End=Unknown of a running job, counts as earliest). Equal
+    records count as newer, so a re-ingest of an equally final record with the same times wins."""
+
+    times: tuple[str, ...] = ("end_ts", "start_ts")
+
+    def sql(self, s: str = "s", t: str = "t") -> str:
+        """SQL condition over aliases `s` (incoming) and `t` (stored): `s` is newer than `t`."""
+        finals = ", ".join(f"'{x}'" for x in sorted(FINAL_STATES))
+        fin = lambda x: f"cast(coalesce({x}.state IN ({finals}), false) as int)"  # noqa: E731
+        at = lambda c, x: f"coalesce({x}.{c}, {_EPOCH})"  # noqa: E731
+        cond = f"{at(self.times[-1], s)} >= {at(self.times[-1], t)}"
+        for c in reversed(self.times[:-1]):
+            cond = f"{at(c, s)} > {at(c, t)} OR ({at(c, s)} = {at(c, t)} AND {cond})"
+        return f"({fin(s)} > {fin(t)}) OR ({fin(s)} = {fin(t)} AND ({cond}))"
+
+    def newest_first(self) -> list[Column]:
+        """The same rule as a sort order, newest first (ranks the records of one key within a batch)."""
+        final = F.coalesce(F.col("state").isin(*sorted(FINAL_STATES)), F.lit(False))
+        return [final.desc(), *(F.col(c).desc_nulls_last() for c in self.times)]
 
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A Delta table: its name (`layer.table`), schema and natural key (the MERGE condition)."""
+    """A Delta table: its name (`layer.table`), schema, natural key (the MERGE condition) and, for a table
+    whose rows later records replace, the rule saying which record of a key is newer."""
 
     name: str
     schema: T.StructType
     key: tuple[str, ...]
     grain: str
+    newer: NewerWins | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The table's column names, in schema order."""
+        return tuple(self.schema.fieldNames())
+
+    def columns_from(self, given: Mapping[str, Column | str]) -> list[Column]:
+        """The table's columns in order: each from `given` by name, a null of its type where not given."""
+        unknown = sorted(set(given) - set(self.columns))
+        if unknown:
+            raise ValueError(f"{self.name} has no columns {unknown}")
+        columns = []
+        for f in self.schema.fields:
+            value = given.get(f.name, F.lit(None).cast(f.dataType))
+            columns.append((F.col(value) if isinstance(value, str) else value).alias(f.name))
+        return columns
 
     @property
     def layer(self) -> str:
@@ -121,6 +171,7 @@ SILVER_JOBS = TableSpec(
     ),
     key=("cluster", "job_id"),
     grain="one job allocation (array tasks and het-job components are rows of their own)",
+    newer=NewerWins(),
 )
 
 SILVER_JOB_STEPS = TableSpec(
@@ -154,6 +205,7 @@ SILVER_JOB_STEPS = TableSpec(
     ),
     key=("cluster", "job_id", "step_id"),
     grain="one job step (.batch, .extern, .N)",
+    newer=NewerWins(),
 )
 
 
@@ -250,7 +302,7 @@ SILVER_JOB_LOGS = TableSpec(
     grain="one output stream (stdout or stderr) of one job",
 )
 
-# Why each failed job failed (pipelines/gold/failures/__init__.py, docs/failures.md).
+# Why each failed job failed (pipelines/gold/failures/, docs/failures.md).
 GOLD_FAILURES = TableSpec(
     name="gold.failures",
     schema=_fields(
@@ -270,7 +322,7 @@ GOLD_FAILURES = TableSpec(
         ("gpu_model", S, True),
         ("gpus", INT, True),
         ("cpus", INT, True),
-        ("cause", S, False),  # pipelines.gold.failures.CAUSES
+        ("cause", S, False),  # pipelines.gold.failures.taxonomy.CAUSES
         ("detail", S, True),  # finer label within the cause (ecc, xid, import_error, by_user, ...)
         ("user_fixable", B, False),  # false for hardware, node, network, preemption, admin and unknown
         ("confidence", D, False),  # 0..1

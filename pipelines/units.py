@@ -7,6 +7,8 @@ None wherever a value can be missing. The `*_col` functions are the same parsers
 yields null for text it cannot parse, and the matching `*_ok_col` says whether the text was well formed.
 
 Units: memory in bytes (K/M/G/T/P/E are powers of 1024, as Slurm uses them), durations in seconds.
+KIB, MIB and GIB are the byte sizes every module uses for binary units; GB (10^9) is only for names that
+state decimal gigabytes, such as MIG profiles (`parse_mig_profile`).
 """
 
 from __future__ import annotations
@@ -19,15 +21,26 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+GB = 10**9
+
 MEM_FACTORS: dict[str, int] = {
     "": 1,
-    "K": 1024,
-    "M": 1024**2,
-    "G": 1024**3,
-    "T": 1024**4,
-    "P": 1024**5,
-    "E": 1024**6,
+    "K": KIB,
+    "M": MIB,
+    "G": GIB,
+    "T": 1024 * GIB,
+    "P": 1024**2 * GIB,
+    "E": 1024**3 * GIB,
 }
+
+# A MIG profile name: <compute slices>g.<memory in GB>gb, lower case, with an optional media or graphics
+# suffix (`1g.10gb`, `3g.40gb`, `1g.10gb+me`). One pattern for the Python parser and the Spark Columns.
+MIG_PROFILE_RE = r"([0-9]+)g\.([0-9]+)gb(?:[+-][a-z.]+)?"
+# MIG instances are priced and counted by compute slices out of the 7 of an A100/H100.
+MIG_SLICES_PER_GPU = 7
 
 # sacct prints these in duration fields when there is no finite value.
 NO_DURATION: frozenset[str] = frozenset({"UNLIMITED", "PARTITION_LIMIT", "INVALID", "NONE", "UNKNOWN"})
@@ -114,6 +127,22 @@ def parse_duration_s(text: str) -> float | None:
     if len(parts) == 2:  # MM:SS[.mmm]
         return int(parts[0]) * 60 + float(parts[1])
     return int(parts[0]) * 3600 + int(parts[1]) * 60 + float(parts[2])
+
+
+def parse_mig_profile(text: str) -> tuple[int, int]:
+    """A MIG profile name (`1g.10gb`, `3G.40GB`) as (compute slices, memory bytes), the memory read as GB."""
+    m = re.fullmatch(MIG_PROFILE_RE, text.strip().lower())
+    if not m:
+        raise ValueError(f"not a MIG profile: {text!r}")
+    return int(m.group(1)), int(m.group(2)) * GB
+
+
+def mig_fraction(profile: str | None) -> float:
+    """Share of a whole GPU a MIG profile holds (compute slices / 7); 1.0 for a whole GPU or no profile."""
+    try:
+        return parse_mig_profile(profile or "")[0] / MIG_SLICES_PER_GPU
+    except ValueError:
+        return 1.0
 
 
 def parse_exit_code(text: str) -> tuple[int, int] | None:
@@ -307,6 +336,13 @@ def exit_code_cols(c: Column) -> tuple[Column, Column]:
 def exit_code_ok_col(c: Column) -> Column:
     """Whether an exit-code field is empty or `N:S`."""
     return _blank(c) | F.trim(c).rlike(r"^[0-9]+:[0-9]+$")
+
+
+def mig_slices_col(c: Column) -> Column:
+    """`parse_mig_profile`'s compute slices as a Column (int); null for a null or malformed profile."""
+    s = F.lower(F.trim(c))
+    whole = f"^{MIG_PROFILE_RE}$"
+    return F.when(s.rlike(whole), F.regexp_extract(s, whole, 1).try_cast("int"))
 
 
 def tres_map_col(c: Column) -> Column:

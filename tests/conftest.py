@@ -20,14 +20,15 @@ REPO = Path(__file__).resolve().parents[1]
 # py4j logs "Closing down clientserver connection" from __del__ after pytest has closed its streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
-REAL = Path(os.environ.get("JOBFIT_REAL_DATA", REPO.parent / "shared" / "data" / "real"))
+# Real records copied into the repository (provenance: tests/data/real/README.md); REAL_DATA_DIR overrides.
+REAL = Path(os.environ.get("REAL_DATA_DIR", REPO / "tests" / "data" / "real"))
 
 
 @pytest.fixture(scope="session")
 def real_data() -> Path:
-    """../shared/data/real (read-only records written by other people)."""
+    """tests/data/real (read-only records written by other people), or $REAL_DATA_DIR."""
     if not REAL.is_dir():
-        pytest.fail(f"real data folder missing: {REAL} (set JOBFIT_REAL_DATA)")
+        pytest.fail(f"real data folder missing: {REAL} (set REAL_DATA_DIR)")
     return REAL
 
 

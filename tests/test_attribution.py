@@ -7,6 +7,7 @@ from datetime import datetime
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
+from pyspark.testing import assertDataFrameEqual
 
 from pipelines.schemas import SILVER_GPU_SAMPLES
 from pipelines.silver.attribution import with_job_attribution
@@ -73,20 +74,32 @@ SAMPLES = [
     _sample("g07", "GPU-7", 0, T1),  # job 901 is on another cluster
 ]
 
-EXPECTED = {
-    ("g01", T1, "101"): ("101", "label"),
-    ("g01", T2, ""): (None, "unattributed"),
-    ("g08", T1, "201"): ("201", "label"),
-    ("g08", T1, "202"): ("202", "label"),
-    ("g09", T1, "ml/pod-a"): ("ml/pod-a", "label"),
-    ("g02", T1, ""): ("301", "overlap"),
-    ("g03", T1, ""): ("301", "overlap"),
-    ("g04", T0, ""): ("401", "overlap"),
-    ("g04", T1, ""): (None, "ambiguous"),
-    ("g05", T1, ""): None,  # checked per device below
-    ("g06", T1, ""): (None, "unattributed"),
-    ("g07", T1, ""): (None, "unattributed"),
-}
+# (host, device, ts, label_job) of each sample -> (job_id, attribution) it must get.
+EXPECTED = [
+    ("g01", "GPU-1", T1, "101", "101", "label"),
+    ("g01", "GPU-1", T2, "", None, "unattributed"),
+    ("g08", "GPU-s", T1, "201", "201", "label"),
+    ("g08", "GPU-s", T1, "202", "202", "label"),
+    ("g09", "GPU-m/gi3", T1, "ml/pod-a", "ml/pod-a", "label"),
+    ("g02", "GPU-2", T1, "", "301", "overlap"),
+    ("g03", "GPU-3", T1, "", "301", "overlap"),
+    ("g04", "GPU-4", T0, "", "401", "overlap"),
+    ("g04", "GPU-4", T1, "", None, "ambiguous"),
+    ("g05", "GPU-50", T1, "", "601", "overlap"),  # by GPU index
+    ("g05", "GPU-52", T1, "", "602", "overlap"),
+    ("g06", "GPU-6", T1, "", None, "unattributed"),
+    ("g07", "GPU-7", T1, "", None, "unattributed"),
+]
+ATTRIBUTED = T.StructType(
+    [
+        T.StructField("host", T.StringType()),
+        T.StructField("device", T.StringType()),
+        T.StructField("ts", T.TimestampType()),
+        T.StructField("label_job", T.StringType()),
+        T.StructField("job_id", T.StringType()),
+        T.StructField("attribution", T.StringType()),
+    ]
+)
 
 
 def test_attribution_rules(spark: SparkSession) -> None:
@@ -94,17 +107,13 @@ def test_attribution_rules(spark: SparkSession) -> None:
     jobs = spark.createDataFrame(JOBS, schema=JOBS_SCHEMA)
     out = with_job_attribution(samples, jobs)
     assert out.columns == samples.columns
-    rows = out.collect()
-    assert len(rows) == len(SAMPLES)  # copies are kept, nothing added or dropped
-    got = {(r["host"], r["ts"], r["label_job"], r["device"]): (r["job_id"], r["attribution"]) for r in rows}
-    for (host, ts, label, device), value in got.items():
-        if host == "g05":
-            assert value == {"GPU-50": ("601", "overlap"), "GPU-52": ("602", "overlap")}[device]
-        else:
-            assert value == EXPECTED[(host, ts, label)], (host, ts, label)
+    # one row per sample: copies are kept, nothing added or dropped
+    assertDataFrameEqual(out.select(*ATTRIBUTED.names), spark.createDataFrame(EXPECTED, ATTRIBUTED))
     # the shared GPU stays two rows with one utilisation each: a consumer divides, never sums
-    shared = [r for r in rows if r["host"] == "g08"]
-    assert [r["gpu_util_pct"] for r in shared] == [50.0, 50.0]
+    assertDataFrameEqual(
+        out.where("host = 'g08'").select("label_job", "gpu_util_pct"),
+        spark.createDataFrame([("201", 50.0), ("202", 50.0)], "label_job string, gpu_util_pct double"),
+    )
 
 
 def test_without_gpu_indices_two_jobs_on_one_host_are_ambiguous(spark: SparkSession) -> None:
@@ -130,7 +139,10 @@ def test_array_task_label_carries_job_id_raw(spark: SparkSession) -> None:
         [_sample("g01", "GPU-1", 0, T1, label="646000237"), _sample("g02", "GPU-2", 0, T1, label="700")],
         schema=SILVER_GPU_SAMPLES.schema,
     )
-    got = {
-        r["label_job"]: (r["job_id"], r["attribution"]) for r in with_job_attribution(samples, jobs).collect()
-    }
-    assert got == {"646000237": ("646000236_2", "label"), "700": ("700", "label")}
+    assertDataFrameEqual(
+        with_job_attribution(samples, jobs).select("label_job", "job_id", "attribution"),
+        spark.createDataFrame(
+            [("646000237", "646000236_2", "label"), ("700", "700", "label")],
+            "label_job string, job_id string, attribution string",
+        ),
+    )

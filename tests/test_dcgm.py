@@ -154,6 +154,7 @@ def test_metrics_not_kept_are_counted(parsed: dict) -> None:
     assert unkept["DCGM_FI_DEV_GPU_TEMP"] == 1 and unkept["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 1
 
 
+@pytest.mark.slow
 def test_cli_ingest_attributes_and_reingests(jobfit, tmp_path: Path) -> None:
     pod = {
         "kind": "Pod",
@@ -210,6 +211,7 @@ def test_cli_ingest_attributes_and_reingests(jobfit, tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_cli_parquet_archive_gzip_and_duplicate_content(jobfit, tmp_path: Path) -> None:
     """A Parquet archive (timestamp type, labels as a map), a gzip scrape not named .gz (read by the driver),
     and one content under two names (ingested once)."""

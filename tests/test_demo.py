@@ -1,5 +1,5 @@
-"""`jobfit demo`: simulates, ingests through the real `jobfit ingest` paths, runs the stages that exist,
-skips the ones that do not, and reports tables; bad arguments exit 2 with one line."""
+"""`jobfit demo`: simulates, ingests through the `jobfit ingest` runners, runs the later stages (a stage's
+error is a failed step, the demo goes on and exits 1), and reports tables; bad arguments exit 2."""
 
 from __future__ import annotations
 
@@ -10,18 +10,25 @@ import pandas as pd
 import pytest
 
 from jobs.commands import demo
+from jobs.context import UsageError
 
 
+@pytest.mark.slow
 def test_demo_ingests_through_the_cli_and_summarises(
     jobfit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Pods are the quickest source (every source is ingested in test_simulator_ingest.py, and the later
-    # stages have their own tests). A source or stage no command provides is reported as skipped.
+    # stages have their own tests). A source no runner provides is reported as skipped; a stage that
+    # refuses its input is a failed step with its message, after which the demo still reports.
+    def refuses(ctx, cluster: str, month: str) -> dict:
+        raise UsageError(f"no gold for {cluster} {month}")
+
     monkeypatch.setattr(demo, "INGEST_ORDER", (("k8s", "k8s"), ("dcgm", "nonexistent")))
-    monkeypatch.setattr(demo, "STAGES", (("no-such-stage", True),))
+    monkeypatch.setattr(demo, "STAGES", (("refuses", refuses, True),))
     out = tmp_path / "demo"
     res = jobfit("demo", "--jobs", "60", "--seed", "3", "--month", "2026-02", "--out", str(out), "--json")
-    assert res.code == 0, res.err
+    assert res.code == 1, res.err
+    assert "demo steps failed: refuses" in res.err
     report = json.loads(res.out)
     assert report["month"] == "2026-02" and report["cluster"] == "demo"
     assert report["simulation"]["jobs"] == 60 and report["simulation"]["pods"] == 6
@@ -36,7 +43,11 @@ def test_demo_ingests_through_the_cli_and_summarises(
     assert step["argv"] == ["ingest", "k8s", str(out / "k8s"), "--cluster", "demo"]
     assert step["result"]["read"] == 6
     assert report["tables"]["silver.jobs"] == 6
-    assert "ingest nonexistent" in report["skipped"] and "no-such-stage" in report["skipped"]
+    assert report["skipped"] == ["ingest nonexistent"]
+    refused = steps["refuses"]
+    assert refused["exit"] == 2 and refused["result"] is None
+    assert refused["error"] == "no gold for demo 2026-02"
+    assert refused["argv"] == ["refuses", "--cluster", "demo", "--month", "2026-02"]
     assert "quarantine" not in report["tables"] or report["tables"]["quarantine"] == 0
     assert "demo:" in res.err  # progress on stderr, results on stdout
 

@@ -12,7 +12,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from conf import load_cluster
 from jobs.io.tables import merge_into
-from pipelines.gold.failures import classify_text, diagnose_failures, gpu_signals, with_text_diagnosis
+from pipelines.gold.failures.diagnose import diagnose_failures, gpu_signals, with_text_diagnosis
+from pipelines.gold.failures.patterns import classify_text
 from pipelines.gold.failures.scoring import CATEGORY_TO_CAUSE, confusion_table, error_log_body
 from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOB_STEPS, SILVER_JOBS
 from tests.failures_helpers import real_error_logs
@@ -263,6 +264,7 @@ def test_nccl_timeout_quotes_the_wait(diagnosed: dict) -> None:
     assert d["suggested_fix"].startswith("a ALLREDUCE collective waited 1802 s past its 1800 s NCCL timeout")
 
 
+@pytest.mark.slow
 def test_ingest_logs_then_failures_end_to_end(jobfit, make_ctx, real_data: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()

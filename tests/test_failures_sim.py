@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pyspark.sql import functions as F
 
 from jobs.commands.ingest import SOURCES
 from jobs.io.tables import read_table
 from jobs.stages.failures import score_against_truth
 from pipelines.gold.failures.scoring import confusion_table, precision_recall, precision_recall_text
+
+pytestmark = pytest.mark.slow  # a simulated month through ingest and failures
 
 MONTH = "2026-11"
 MIN_SCORE = 0.9

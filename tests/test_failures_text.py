@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.gold.failures import CAUSES, LOG_PATTERNS, classify_text, log_facts, parse_log_file_name
+from pipelines.gold.failures.logs import parse_log_file_name
+from pipelines.gold.failures.patterns import LOG_PATTERNS, classify_text, log_facts
 from pipelines.gold.failures.scoring import CATEGORY_TO_CAUSE, confusion_table
+from pipelines.gold.failures.taxonomy import CAUSES
 from pipelines.gold.failures.xid import APPLICATION, HARDWARE, INFORMATIONAL, XID_CATALOGUE, describe
 from tests.failures_helpers import real_error_logs
 

@@ -24,6 +24,8 @@ import pytest
 
 from jobs.io.tables import read_table
 
+pytestmark = pytest.mark.slow  # a simulated month through ingest and build
+
 
 def test_gold_recovers_simulated_waste(jobfit, make_ctx, tmp_path: Path) -> None:
     sim = tmp_path / "sim"

@@ -244,6 +244,7 @@ def test_split_records_list_and_lines() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_cli_ingest_list_and_quarantine(jobfit, real_data: Path, tmp_path: Path) -> None:
     status = _real_oom_exit1_status(real_data)
     good = _pod(

@@ -1,5 +1,5 @@
-"""sacct parsing over every real line in ../shared/data/real/sacct, with values checked by hand against
-the raw text (and against the reportseff/seff outputs printed in ../shared/data/real/samples)."""
+"""sacct parsing over every real line in tests/data/real/sacct, with values checked by hand against
+the raw text (and against the reportseff/seff outputs printed in the shared real-data folder's samples/)."""
 
 from __future__ import annotations
 
@@ -95,8 +95,8 @@ def real(spark: SparkSession, real_data: Path) -> tuple[dict, dict]:
     }
     bronze = bronze_of(spark, {name: lines for name, (_, lines) in groups.items()})
     parsed = parse_files(bronze, layouts).persist()
-    steps, _ = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS.key)
-    jobs, _ = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS.key)
+    steps, _ = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)
+    jobs, _ = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS)
     lines = {(r["source_file"], r["line_no"]): r.asDict() for r in parsed.collect()}
     job_rows = {(r["cluster"], r["job_id"]): r.asDict() for r in sacct.with_efficiency_pct(jobs).collect()}
     parsed.unpersist()
@@ -120,6 +120,7 @@ def find(parsed: dict, group_suffix: str, job_text: str) -> dict:
     return hits[0]
 
 
+@pytest.mark.slow
 def test_every_real_line_is_a_job_or_step(parsed_real: dict, real_data: Path) -> None:
     data_lines = [
         line
@@ -133,6 +134,7 @@ def test_every_real_line_is_a_job_or_step(parsed_real: dict, real_data: Path) ->
     assert kinds == {sacct.JOB, sacct.STEP}
 
 
+@pytest.mark.slow
 def test_array_task_job_and_steps(parsed_real: dict) -> None:
     # conftest single_core: |2|02:14:11|39889258_1426|39895850||1|8G|COMPLETED|02:55:00|03:43:27
     job = find(parsed_real, "single_core", "39889258_1426")
@@ -157,6 +159,7 @@ def test_array_task_job_and_steps(parsed_real: dict) -> None:
     assert (extern["step_id"], extern["max_rss_bytes"]) == ("extern", 0)
 
 
+@pytest.mark.slow
 def test_cancelled_by_and_long_durations(parsed_real: dict) -> None:
     # |28|19:04:47|8189521|8189521||1|112000M|CANCELLED by 129276|23:00:00|2-07:51:43
     job = find(parsed_real, "conftest.py:multi_gpu", "8189521")
@@ -189,6 +192,7 @@ def test_cancelled_by_and_long_durations(parsed_real: dict) -> None:
     assert (bare["alloc_cpus"], bare["cancelled_by"], bare["timelimit_s"]) == (16, "129319", 518400)
 
 
+@pytest.mark.slow
 def test_pending_state_odd_case_partition_limit_and_units(parsed_real: dict) -> None:
     pending = find(parsed_real, "console_jobs:417", "24220929_431")
     assert (pending["state"], pending["is_final"], pending["array_task_id"]) == ("PENDING", False, "431")
@@ -206,6 +210,7 @@ def test_pending_state_odd_case_partition_limit_and_units(parsed_real: dict) -> 
     assert empty["max_rss_bytes"] is None
 
 
+@pytest.mark.slow
 def test_efficiencies_match_reportseff_and_seff_outputs(real: tuple[dict, dict]) -> None:
     # issue #16 (seff_outputs.txt Block 2: "Memory Utilized: 7.70 GB", "Memory Efficiency: 24.06% of
     # 32.00 GB", "CPU Efficiency: 98.62%"; reportseff: TimeEff 4.5%, CPUEff 98.6%, MemEff 24.1%).
@@ -231,6 +236,7 @@ def test_efficiencies_match_reportseff_and_seff_outputs(real: tuple[dict, dict])
     assert (round(j421["cpu_eff_pct"], 1), round(j421["mem_eff_pct"], 1)) == (99.0, 34.6)
 
 
+@pytest.mark.slow
 def test_per_cpu_and_per_node_requests_multiply_out(real: tuple[dict, dict]) -> None:
     multinode = job(real, "multinode_job", "6196869")
     assert multinode["req_mem_bytes"] == 191846 * MIB * 20  # 191846Mn × NNodes 20

@@ -6,6 +6,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from jobs.io.tables import read_table
 
 HEADER = (
@@ -82,6 +84,7 @@ def ingest(jobfit, *args: str) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_reingest_later_and_older_dumps(jobfit, make_ctx, tmp_path: Path) -> None:
     a = write(tmp_path / "a.txt", DUMP_A)
     first = ingest(jobfit, a)
@@ -144,6 +147,7 @@ def test_reingest_later_and_older_dumps(jobfit, make_ctx, tmp_path: Path) -> Non
     assert steps[("500", "batch")]["state"] == "COMPLETED"
 
 
+@pytest.mark.slow
 def test_garbage_and_real_samples(jobfit, make_ctx, real_data: Path, tmp_path: Path) -> None:
     """Garbage is quarantined with reasons and nothing else is lost; real sample files in the same run."""
     good_600 = (

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
 from jobs.stages.ingest.scripts import job_id_from_name
 from pipelines.silver.script_links import with_script_hash
 from pipelines.silver.scripts import script_hash
@@ -23,6 +26,7 @@ def test_job_id_from_name() -> None:
     assert job_id_from_name("train.sh") is None and job_id_from_name("12345.py") is None
 
 
+@pytest.mark.slow
 def test_cli_ingest_scripts(jobfit, tmp_path: Path) -> None:
     tmp_path = tmp_path / "scripts"  # not the test's warehouse folder
     tmp_path.mkdir()
@@ -102,6 +106,7 @@ def _real_scripts(real_data: Path, n: int) -> list[str]:
     raise AssertionError("not enough real directive sets")
 
 
+@pytest.mark.slow
 def test_script_hash_reaches_silver_jobs_in_either_order(jobfit, tmp_path: Path, real_data: Path) -> None:
     dump = tmp_path / "sacct" / "dump.txt"
     dump.parent.mkdir()
@@ -159,11 +164,16 @@ def test_links_by_own_id_then_array_then_het_job(spark) -> None:
     )
     out = with_script_hash(jobs, links)
     assert out.columns == jobs.columns
-    got = {(r["cluster"], r["job_id"]): r["script_hash"] for r in out.collect()}
-    assert got == {
-        ("c", "7_1"): "A",
-        ("c", "7_2"): "B",
-        ("c", "9+0"): "H",
-        ("c", "11"): "kept",
-        ("d", "7_1"): None,
-    }
+    assertDataFrameEqual(
+        out.select("cluster", "job_id", "script_hash"),
+        spark.createDataFrame(
+            [
+                ("c", "7_1", "A"),
+                ("c", "7_2", "B"),
+                ("c", "9+0", "H"),
+                ("c", "11", "kept"),
+                ("d", "7_1", None),  # another cluster's job 7 is another job
+            ],
+            "cluster string, job_id string, script_hash string",
+        ),
+    )

@@ -1,5 +1,5 @@
 """The simulator: deterministic per seed, the workload it promises, and files in the real formats (checked by
-parsing the simulator's output and the real samples in ../shared/data/real with the same code)."""
+parsing the simulator's output and the real samples in tests/data/real with the same code)."""
 
 from __future__ import annotations
 
@@ -286,7 +286,7 @@ def test_pods_have_the_shape_of_real_pod_objects(sim: Path, truth: pd.DataFrame,
     assert 137 in reasons["Error"]  # killed without OOM
 
 
-# The failure's own words, as the real error logs in ../shared/data/real/errorlogs/ say them.
+# The failure's own words, as the real error logs in tests/data/real/errorlogs/ say them.
 LOG_SIGNATURES = {
     "time_limit": ("slurm_timelimit", "DUE TO TIME LIMIT"),
     "host_oom": ("slurm_oom", "oom-kill event"),

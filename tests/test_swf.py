@@ -50,12 +50,14 @@ def parsed(spark: SparkSession, real_data: Path) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_row_counts_match_non_comment_lines(parsed: dict) -> None:
     for name in LOGS:
         n, ids, rejected, _ = parsed[name]
         assert (n, ids, rejected) == (RECORDS[name], RECORDS[name], 0), name
 
 
+@pytest.mark.slow
 def test_sdsc_spot_rows(parsed: dict) -> None:
     # "   11   566129      5  28826    1  27758    -1    1  28800    -1  5 153  75 18180  3 -1 -1 -1"
     # UnixStartTime 893466664 -> submit 894032793 = 1998-05-01 14:26:33 UTC; queue 3 is "normal".
@@ -79,6 +81,7 @@ def test_sdsc_spot_rows(parsed: dict) -> None:
     assert (j["alloc_cpus"], j["total_cpu_s"], j["state"], j["qos"]) == (8, 7334.0 * 8, "COMPLETED", "low")
 
 
+@pytest.mark.slow
 def test_lpc_memory_and_partition_names(parsed: dict) -> None:
     # "220822 22320774   42010   16669 1      8   45120 1  28800 819200 1 48  6 -1 4 2 -1 -1"
     j = parsed[LOGS[1]][3]["220822"]
@@ -96,6 +99,7 @@ def test_lpc_memory_and_partition_names(parsed: dict) -> None:
     )
 
 
+@pytest.mark.slow
 def test_ctc_unknown_fields(parsed: dict) -> None:
     # "    3   197154 459987  35268  306  32792    -1   -1  35100    -1  0  97  -1 307  3 -1 -1 -1"
     j = parsed[LOGS[0]][3]["3"]
@@ -116,6 +120,7 @@ SMALL = """; UnixStartTime: 1000000000
 """
 
 
+@pytest.mark.slow
 def test_cli_ingest_quarantines_and_is_idempotent(jobfit, tmp_path: Path) -> None:
     log = tmp_path / "small.swf"
     log.write_text(SMALL)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pyspark.testing import assertDataFrameEqual
+
 from jobs.context import Context
 from jobs.io.tables import merge_into, month_predicate, read_table, sql_string, table_path
 from pipelines.schemas import SILVER_JOBS
@@ -42,7 +44,10 @@ def test_predicates_match_names_with_quotes_and_backslashes(make_ctx: Callable[.
     """A cluster name is free text in predicates built as SQL: it must match itself and nothing else."""
     spark = make_ctx().spark
     names = ["it's", "a\\b", "a\\'b", "plain"]
-    frame = spark.createDataFrame([(n, "2026-03") for n in names], "cluster string, month string")
+    schema = "cluster string, month string"
+    frame = spark.createDataFrame([(n, "2026-03") for n in names], schema)
     for name in names:
-        assert [r.cluster for r in frame.where(month_predicate(name, "2026-03")).collect()] == [name]
+        assertDataFrameEqual(
+            frame.where(month_predicate(name, "2026-03")), spark.createDataFrame([(name, "2026-03")], schema)
+        )
         assert spark.sql(f"SELECT {sql_string(name)} AS v").first().v == name

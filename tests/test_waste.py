@@ -12,14 +12,12 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from conf import load_cluster
+from conf import DEFAULT_PRICES, default_cluster_config, load_cluster
 from pipelines.gold.waste import (
-    DEFAULT_PRICES,
-    default_cluster_config,
     job_usage,
-    mig_fraction,
     vram_fit_options,
 )
+from pipelines.units import mig_fraction
 from tests.rows import GIB, T0, job_row, jobs_frame, sample_rows, samples_frame, use
 
 

@@ -1,6 +1,6 @@
 """Real sacct lines (reportseff's fixtures, Princeton clusters) through `jobfit ingest sacct`, then the
 waste formulas: CPU, memory and time efficiency match what seff and reportseff printed for the same jobs
-(shared/data/real/samples/seff_outputs.txt and reportseff_outputs_and_sacct_fixtures.txt)."""
+(seff_outputs.txt and reportseff_outputs_and_sacct_fixtures.txt in the shared data folder's samples/)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def _fixture_lines(real_data: Path, tag: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_real_sacct_jobs_match_seff(jobfit, make_ctx, real_data: Path, tmp_path: Path) -> None:
     for tag, fmt in (("test_issue_16", ISSUE_16_FORMAT), ("issue_41", ISSUE_41_FORMAT)):
         path = tmp_path / f"{tag}.txt"

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from conf import ConfigError
 from jobs.commands import add_common, month_arg, require
-from jobs.context import Context, DataError
+from jobs.commands.ingest import DEFAULT_TAIL_KB, SOURCES
+from jobs.context import Context, DataError, UsageError
 from jobs.simulator import simulate
 from jobs.simulator.dcgm import DEFAULT_INTERVAL_S
 
@@ -29,15 +29,49 @@ INGEST_ORDER = (
     ("k8s", "k8s"),
     ("logs", "logs"),
 )
-# Later stages, run when their command exists: (command, takes --month).
-STAGES = (
-    ("build", True),
-    ("failures", True),
-    ("waste", True),
-    ("train", False),
-    ("evaluate", False),
-    ("report", True),
-    ("emails", True),
+# Each source's options as `jobfit ingest` defaults them.
+INGEST_OPTIONS: dict[str, dict[str, Any]] = {"sacct": {"fmt": None}, "logs": {"tail_kb": DEFAULT_TAIL_KB}}
+
+
+def _build(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+    from jobs.stages.build import build
+
+    return build(ctx, cluster, month).as_dict()
+
+
+def _failures(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+    from jobs.stages.failures import failures_summary
+
+    return failures_summary(ctx, cluster, month)
+
+
+def _waste(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+    from jobs.stages.waste import waste_summary
+
+    return waste_summary(ctx, cluster, month, top=10)
+
+
+def _train(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+    from features.table import TARGETS
+    from jobs.stages.train import train
+    from models.train import TrainParams
+
+    return train(ctx, cluster, list(TARGETS), TrainParams())
+
+
+def _evaluate(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+    from jobs.stages.evaluate import evaluate
+
+    return evaluate(ctx, cluster)
+
+
+# The later stages, in order: (name, runner(ctx, cluster, month) -> its command's --json, takes --month).
+STAGES: tuple[tuple[str, Callable[[Context, str, str], dict[str, Any]], bool], ...] = (
+    ("build", _build, True),
+    ("failures", _failures, True),
+    ("waste", _waste, True),
+    ("train", _train, False),
+    ("evaluate", _evaluate, False),
 )
 
 
@@ -122,8 +156,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="simulate a month on the demo cluster, ingest it, run every stage, and summarise",
         description="The one command to see jobfit work: simulates a month of jobs (jobfit simulate) into "
-        "--out, ingests every source through `jobfit ingest`, then runs each later stage that exists "
-        "(build, failures, waste, train, evaluate, report, emails) and prints what it produced and where. "
+        "--out, ingests every source with `jobfit ingest`'s runners, then runs each later stage "
+        "(build, failures, waste, train, evaluate) and prints what it produced and where. "
         "Tables go to the configured warehouse. Progress on stderr.",
     )
     add_common(p, cluster=False)
@@ -143,50 +177,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-class _Tee(io.TextIOBase):
-    """stderr that still reaches the terminal (progress) and is kept (to quote a failing step's error)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.seen = io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.seen.write(text)
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-
-def _run_command(ctx: Context, argv: list[str], label: str) -> Step:
-    """Run `jobfit ARGV --json` in-process on this context's Spark session, keeping its JSON output."""
-    from jobs.cli import main
-
+def _run_step(ctx: Context, label: str, argv: list[str], call: Callable[[], Any]) -> Step:
+    """Run one stage, timing it; a stage's bad-input or data-check error becomes a failed step (exit 2 or
+    1, as `jobfit ARGV` would exit) with its message, and the demo goes on."""
     ctx.progress(f"demo: {label} ...")
     started = time.monotonic()
-    buf = io.StringIO()
-    err = _Tee(sys.stderr)
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-        code = main([*argv, "--json"], ctx=ctx)
-    text = buf.getvalue()
+    result, code, error = None, 0, None
     try:
-        result: Any = json.loads(text) if text.strip() else None
-    except json.JSONDecodeError:
-        result = text.strip()
-    error_lines = [
-        ln for ln in err.seen.getvalue().splitlines() if ln.startswith("jobfit: error") or "failed" in ln
-    ]
-    step = Step(
-        label, argv, code, round(time.monotonic() - started, 1), result, error_lines[-1] if code else None
+        result = call()
+    except (UsageError, ConfigError) as exc:
+        code, error = 2, str(exc)
+    except DataError as exc:
+        code, error = 1, str(exc)
+    if hasattr(result, "as_dict"):
+        result = result.as_dict()
+    step = Step(label, argv, code, round(time.monotonic() - started, 1), result, error)
+    ctx.progress(
+        f"demo: {label} {'done' if code == 0 else f'failed (exit {code}): {error}'} in {step.seconds:.0f}s"
     )
-    ctx.progress(f"demo: {label} {'done' if code == 0 else f'failed (exit {code})'} in {step.seconds:.0f}s")
     return step
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    from jobs.cli import COMMANDS
-    from jobs.commands.ingest import SOURCES
-
     require(1 <= args.jobs <= 1_000_000, f"--jobs must be between 1 and 1000000, got {args.jobs}")
     cluster = ctx.cluster(args.cluster)
     month = args.month or _previous_month(ctx.now())
@@ -199,21 +211,22 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         cluster, month, args.jobs, args.seed, out, dcgm_interval_s=DEFAULT_INTERVAL_S, progress=ctx.progress
     )
     report.simulation = sim.as_dict()
-    _ = ctx.spark  # start Spark before a step runs with stderr captured: the JVM launcher needs the real one
     for folder, source in INGEST_ORDER:
         if not any((out / folder).iterdir()):
             continue
         if source not in SOURCES:
             report.skipped.append(f"ingest {source}")
             continue
-        argv = ["ingest", source, str(out / folder), "--cluster", cluster.name]
-        report.steps.append(_run_command(ctx, argv, f"ingest {source}"))
-    for command, takes_month in STAGES:
-        if command not in COMMANDS:
-            report.skipped.append(command)
-            continue
-        argv = [command, "--cluster", cluster.name, *(["--month", month] if takes_month else [])]
-        report.steps.append(_run_command(ctx, argv, command))
+        paths = [str(out / folder)]
+        runner = SOURCES[source].stage(source)
+        options = INGEST_OPTIONS.get(source, {})
+        argv = ["ingest", source, *paths, "--cluster", cluster.name]
+        report.steps.append(
+            _run_step(ctx, f"ingest {source}", argv, partial(runner.run, ctx, paths, cluster.name, **options))
+        )
+    for name, stage, takes_month in STAGES:
+        argv = [name, "--cluster", cluster.name, *(["--month", month] if takes_month else [])]
+        report.steps.append(_run_step(ctx, name, argv, partial(stage, ctx, cluster.name, month)))
     report.tables = _table_counts(ctx)
     report.seconds = round(time.monotonic() - started, 1)
     ctx.emit(report.as_dict(), as_json=args.json, text=report.text())

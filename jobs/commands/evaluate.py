@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from features.table import TARGETS, build_training_table
 from jobs.commands import add_common
-from jobs.context import Context, UsageError
-from jobs.io.prediction import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
-from models.metrics import compare_to_baselines
-from models.train import evaluate_target
+from jobs.context import Context
+from jobs.stages.evaluate import evaluate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,35 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    from jobs.io.registry import configure, load_champion  # MLflow takes seconds to import: only when run
-
-    rate = ctx.settings.predict.underprovision_rate
-    client = configure(ctx.settings)
-    champions = {t: load_champion(client, args.cluster, t) for t in TARGETS}
-    if not any(champions.values()):
-        raise UsageError(f"no champion models for cluster {args.cluster!r} (run `jobfit train` first)")
-    config = cluster_config(ctx, args.cluster)
-    jobs = read_jobs(ctx, args.cluster)
-    require_jobs(jobs, args.cluster)
-    table = build_training_table(jobs, read_scripts(ctx, args.cluster), gpu_memory_bytes(config))
-    report: dict[str, object] = {"cluster": args.cluster, "rate": rate, "targets": {}, "missing": {}}
-    for target, champion in champions.items():
-        if champion is None:
-            report["missing"][target] = "no champion model (not trained, or too few jobs measured it)"  # type: ignore[index]
-            continue
-        predictor, version = champion
-        try:
-            result = evaluate_target(table, predictor, predictor.params, rate)
-        except ValueError as exc:
-            report["missing"][target] = str(exc)  # type: ignore[index]
-            continue
-        report["targets"][target] = {  # type: ignore[index]
-            "version": version,
-            "test_start": str(result.test_start),
-            "rows": result.rows,
-            **compare_to_baselines(result.metrics, rate),
-            "predictors": result.metrics,
-        }
+    report = evaluate(ctx, args.cluster)
     ctx.emit(report, args.json, text=_text(report))
     return 0
 

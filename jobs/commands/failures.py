@@ -9,12 +9,10 @@ from pyspark.sql import functions as F
 from jobs.commands import add_common, require
 from jobs.context import Context, UsageError
 from jobs.io.tables import read_table
-from jobs.stages.failures import build_failures, diagnose
-from pipelines.gold.failures import CAUSES
-from pipelines.schemas import GOLD_FAILURES
+from jobs.stages.failures import diagnose, failures_summary
 
-TOP_USERS = 10
-# The columns `--job` shows (and returns with --json), in this order.
+# The columns `--job` shows (and returns with --json), in this order: a chosen subset of gold.failures'
+# columns (GOLD_FAILURES.columns) in display order, not the table's columns.
 JOB_FIELDS = (
     "cluster",
     "job_id",
@@ -63,70 +61,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     if args.job:
         return _one_job(ctx, args)
     require(args.month is not None, "failures: give --month YYYY-MM (or --job ID for one job)")
-    ctx.cluster(args.cluster)
-    counts = build_failures(ctx, args.cluster, args.month)
-    rows = read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name).where(
-        (F.col("cluster") == args.cluster) & (F.col("month") == args.month)
-    )
-    summary = _summary(rows, args.cluster, args.month)
-    summary["jobs"] = counts.jobs
+    summary = failures_summary(ctx, args.cluster, args.month)
     ctx.emit(summary, as_json=args.json, text=_summary_text(summary))
     return 0
-
-
-def _summary(rows, cluster: str, month: str) -> dict[str, object]:
-    """Totals, per-cause figures and the top users by lost dollars, in one pass per grouping."""
-    measures = [
-        F.count("*").alias("jobs"),
-        F.sum(F.col("user_fixable").cast("int")).alias("user_fixable"),
-        F.sum("lost_gpu_hours").alias("lost_gpu_hours"),
-        F.sum("lost_core_hours").alias("lost_core_hours"),
-        F.sum("lost_usd").alias("lost_usd"),
-    ]
-    by_cause = {
-        r["cause"]: {
-            "title": CAUSES[r["cause"]].title,
-            "jobs": r["jobs"],
-            "user_fixable": r["user_fixable"],
-            "lost_gpu_hours": round(r["lost_gpu_hours"] or 0.0, 2),
-            "lost_core_hours": round(r["lost_core_hours"] or 0.0, 2),
-            "lost_usd": round(r["lost_usd"] or 0.0, 2),
-            "mean_confidence": round(r["mean_confidence"], 2),
-        }
-        for r in rows.groupBy("cause")
-        .agg(*measures, F.avg("confidence").alias("mean_confidence"))
-        .orderBy(F.desc("jobs"), "cause")
-        .collect()
-    }
-    users = (
-        rows.groupBy("user")
-        .agg(*measures, F.mode("cause").alias("top_cause"))
-        .orderBy(F.desc("lost_usd"), F.desc("jobs"), "user")
-        .limit(TOP_USERS)
-        .collect()
-    )
-    top_users = [
-        {
-            "user": r["user"],
-            "jobs": r["jobs"],
-            "user_fixable": r["user_fixable"],
-            "lost_gpu_hours": round(r["lost_gpu_hours"] or 0.0, 2),
-            "lost_usd": round(r["lost_usd"] or 0.0, 2),
-            "top_cause": r["top_cause"],
-        }
-        for r in users
-    ]
-    return {
-        "cluster": cluster,
-        "month": month,
-        "jobs": sum(c["jobs"] for c in by_cause.values()),
-        "user_fixable_jobs": sum(c["user_fixable"] for c in by_cause.values()),
-        "lost_gpu_hours": round(sum(c["lost_gpu_hours"] for c in by_cause.values()), 2),
-        "lost_core_hours": round(sum(c["lost_core_hours"] for c in by_cause.values()), 2),
-        "lost_usd": round(sum(c["lost_usd"] for c in by_cause.values()), 2),
-        "by_cause": by_cause,
-        "top_users": top_users,
-    }
 
 
 def _summary_text(s: dict) -> str:
@@ -154,14 +91,14 @@ def _summary_text(s: dict) -> str:
 
 
 def _one_job(ctx: Context, args: argparse.Namespace) -> int:
-    ctx.cluster(args.cluster)
+    config, sheet = ctx.cluster_config(args.cluster)
     jobs = read_table(ctx.spark, ctx.settings, "silver.jobs")
     found = (
         jobs.where((F.col("cluster") == args.cluster) & (F.col("job_id") == args.job)).select("state").first()
     )
     if found is None:
         raise UsageError(f"failures: no job {args.job} on cluster {args.cluster} in silver.jobs")
-    row = diagnose(ctx, args.cluster, args.month, job_id=args.job).first()
+    row = diagnose(ctx, args.cluster, config, args.month, job_id=args.job).first()
     if row is None:
         payload = {"cluster": args.cluster, "job_id": args.job, "state": found["state"], "cause": None}
         text = f"job {args.job} ended {found['state']}" + (
@@ -169,7 +106,7 @@ def _one_job(ctx: Context, args: argparse.Namespace) -> int:
         )
         ctx.emit(payload, as_json=args.json, text=text)
         return 0
-    d = {k: row[k] for k in JOB_FIELDS}
+    d = {**{k: row[k] for k in JOB_FIELDS}, "price_sheet": sheet}
     blame = "fixable by the user" if d["user_fixable"] else "not the user's fault"
     text = "\n".join(
         [
@@ -178,7 +115,7 @@ def _one_job(ctx: Context, args: argparse.Namespace) -> int:
             f"  fix: {d['suggested_fix']}",
             f"  evidence: {d['evidence']}",
             f"  lost: {d['lost_gpu_hours']:.1f} GPU-h, {d['lost_core_hours']:.1f} core-h, "
-            f"${d['lost_usd']:,.2f}",
+            f"${d['lost_usd']:,.2f} (prices: {d['price_sheet']})",
         ]
     )
     ctx.emit(d, as_json=args.json, text=text)

@@ -1,24 +1,77 @@
 """`jobfit ingest SOURCE PATH... --cluster C` — raw files into bronze, silver and quarantine.
 
-Each source is a module `jobs/ingest_<source>.py` with `HELP` (one line), `add_arguments(parser)` and
-`run(ctx, args) -> IngestReport`; listing it in SOURCES makes it a subcommand."""
+The arguments of each source live here; the work is the stage runner `jobs/stages/ingest/<source>.py`,
+`run(ctx, paths, cluster, **options) -> IngestReport`. Listing a source in SOURCES makes it a subcommand."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from jobs.commands import add_common
 from jobs.context import Context
 
-# source name -> module; a source is listed once its module exists.
-SOURCES: dict[str, str] = {
-    "sacct": "jobs.stages.ingest.sacct",
-    "k8s": "jobs.stages.ingest.k8s",
-    "dcgm": "jobs.stages.ingest.dcgm",
-    "scripts": "jobs.stages.ingest.scripts",
-    "swf": "jobs.stages.ingest.swf",
-    "logs": "jobs.stages.ingest.logs",
+DEFAULT_TAIL_KB = 64
+
+
+def _sacct_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        dest="fmt",
+        metavar="F1,F2,...",
+        help="field order of files without a header line, as given to sacct --format "
+        "(e.g. JobID,JobName,State,Elapsed); a file's own header line takes precedence",
+    )
+
+
+def _logs_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tail-kb",
+        type=int,
+        default=DEFAULT_TAIL_KB,
+        metavar="N",
+        help=f"keep the last N KiB of each file (default {DEFAULT_TAIL_KB}); errors are at the end",
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """One `jobfit ingest` source: its one-line help, its own options (argparse dests = run's keywords)."""
+
+    help: str
+    add_options: Callable[[argparse.ArgumentParser], None] | None = None
+    options: tuple[str, ...] = field(default_factory=tuple)
+
+    def stage(self, name: str):
+        """The runner module, imported only when the source is used (Spark, pandas load there)."""
+        return importlib.import_module(f"jobs.stages.ingest.{name}")
+
+
+SOURCES: dict[str, Source] = {
+    "sacct": Source(
+        "sacct --parsable/--parsable2 dumps (with a header line, or given --format) into the job tables",
+        _sacct_options,
+        ("fmt",),
+    ),
+    "k8s": Source("Kubernetes Pod objects (JSON lines, or kubectl get pods -o json lists) into silver.jobs"),
+    "dcgm": Source(
+        "dcgm-exporter scrapes (Prometheus text) or archives (CSV or Parquet: timestamp,metric,labels,value) "
+        "into silver.gpu_samples, attributed to jobs"
+    ),
+    "scripts": Source(
+        "job scripts (files named by job id, or sacct --batch-script output) into silver.scripts"
+    ),
+    "swf": Source(
+        "Standard Workload Format logs (Parallel Workloads Archive, .swf or .swf.gz) into silver.jobs"
+    ),
+    "logs": Source(
+        "job stdout/stderr files named by job id (123.err, slurm-123.out, 123_7.err) into silver.job_logs "
+        "(their last --tail-kb KiB), for `jobfit failures`",
+        _logs_options,
+        ("tail_kb",),
+    ),
 }
 
 
@@ -31,21 +84,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     sources = p.add_subparsers(dest="source", metavar="SOURCE")
     sources.required = True
-    for name, module_name in SOURCES.items():
-        module = importlib.import_module(module_name)
-        sp = sources.add_parser(name, help=module.HELP, description=module.HELP)
+    for name, source in SOURCES.items():
+        sp = sources.add_parser(name, help=source.help, description=source.help)
         sp.add_argument(
             "paths", nargs="+", metavar="PATH", help="files or folders; - reads stdin; gzip is read as is"
         )
         add_common(sp, cluster_required=True)
-        module.add_arguments(sp)
-        sp.set_defaults(func=_runner(module))
+        if source.add_options is not None:
+            source.add_options(sp)
+        sp.set_defaults(func=run)
 
 
-def _runner(module):
-    def run(ctx: Context, args: argparse.Namespace) -> int:
-        report = module.run(ctx, args)
-        ctx.emit(report.as_dict(), as_json=args.json, text=report.text())
-        return 0
-
-    return run
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    source = SOURCES[args.source]
+    options = {key: getattr(args, key) for key in source.options}
+    report = source.stage(args.source).run(ctx, args.paths, args.cluster, **options)
+    ctx.emit(report.as_dict(), as_json=args.json, text=report.text())
+    return 0

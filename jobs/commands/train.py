@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from features.table import TARGETS, build_training_table, history_snapshot_columns
+from features.table import TARGETS
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.io.prediction import cluster_config, gpu_memory_bytes, read_jobs, read_scripts, require_jobs
-from models.train import QUANTILES, SPREADS, TrainParams, evaluate_target, train_target
+from jobs.stages.train import train
+from models.train import QUANTILES, SPREADS, TrainParams
 
 
 def target_list(value: str) -> list[str]:
@@ -62,63 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    from jobs.io.registry import (  # MLflow takes seconds to import: only when run
-        configure,
-        load_champion,
-        log_history_snapshot,
-        log_target,
-    )
-
     if args.rounds < 1 or args.threads < 1 or (args.quantile is not None and not 0 < args.quantile < 1):
         raise UsageError("--rounds and --threads must be >= 1 and --quantile between 0 and 1")
-    rate = ctx.settings.predict.underprovision_rate
     params = TrainParams(
         quantile=args.quantile, num_boost_round=args.rounds, spread=args.spread, num_threads=args.threads
     )
-    config = cluster_config(ctx, args.cluster)
-    ctx.progress(f"reading silver.jobs for {args.cluster} ...")
-    jobs = read_jobs(ctx, args.cluster)
-    require_jobs(jobs, args.cluster)
-    scripts = read_scripts(ctx, args.cluster)
-    ctx.progress(f"building features for {len(jobs)} jobs ...")
-    table = build_training_table(jobs, scripts, gpu_memory_bytes(config))
-    client = configure(ctx.settings)
-    report: dict[str, object] = {"cluster": args.cluster, "rate": rate, "jobs": len(table), "targets": {}}
-    skipped: dict[str, str] = {}
-    for target in args.targets:
-        ctx.progress(f"training {target} ...")
-        try:
-            result = train_target(table, TARGETS[target], params, rate)
-        except ValueError as exc:
-            skipped[target] = str(exc)
-            continue
-        champion = load_champion(client, args.cluster, target)
-        champion_metrics = None
-        if champion is not None:
-            champion_metrics = evaluate_target(table, champion[0], params, rate).metrics["model"]
-        outcome = log_target(client, args.cluster, result, champion_metrics, rate)
-        report["targets"][target] = {  # type: ignore[index]
-            **outcome,
-            "rows": result.rows,
-            "test_start": str(result.test_start),
-            "variant": {
-                "name": result.predictor.variant,
-                "quantile": None if result.predictor.kind == "levels" else result.predictor.params.quantile,
-                "spread": None if result.predictor.kind == "levels" else result.predictor.spread,
-                "tried": result.predictor.selection,
-            },
-            "metrics": result.metrics,
-        }
-    report["skipped"] = skipped
-    if not report["targets"]:
-        reasons = "; ".join(skipped.values())
-        raise UsageError(f"nothing trained for cluster {args.cluster!r}: {reasons}")
-    # What `jobfit recommend` reads as the users' history, as of now (it answers without Spark).
-    snapshot = table[history_snapshot_columns()]
-    report["history_snapshot"] = {
-        "run_id": log_history_snapshot(args.cluster, snapshot, str(ctx.now())),
-        "rows": len(snapshot),
-    }
+    report = train(ctx, args.cluster, args.targets, params)
     ctx.emit(report, args.json, text=_text(report))
     return 0
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql import functions as F
 
-from conf import ClusterConfig, ConfigError, load_cluster
+from conf import ClusterConfig
 from jobs.context import Context, UsageError
 from jobs.io.tables import read_table
+from pipelines.units import GIB
 
-# The silver.jobs columns the feature table uses.
+# The silver.jobs columns the feature table uses: a chosen subset of SILVER_JOBS.columns, not all of them
+# (read_jobs brings only these to pandas).
 JOB_COLUMNS = (
     "cluster",
     "job_id",
@@ -64,19 +66,9 @@ def read_scripts(ctx: Context, cluster: str) -> pd.DataFrame:
     )
 
 
-def cluster_config(ctx: Context, cluster: str) -> ClusterConfig | None:
-    """The cluster's conf (GPU models, prices), or None for a cluster without one (e.g. an SWF log)."""
-    try:
-        return load_cluster(cluster)
-    except ConfigError:
-        return None
-
-
-def gpu_memory_bytes(config: ClusterConfig | None) -> dict[str, float]:
-    """GPU model -> memory per GPU in bytes, from the cluster conf."""
-    if config is None:
-        return {}
-    return {name: spec.memory_gib * 2.0**30 for name, spec in config.gpu_models.items()}
+def gpu_memory_bytes(config: ClusterConfig) -> dict[str, float]:
+    """GPU model -> memory per GPU in bytes, from the cluster conf (none for the default sheet)."""
+    return {name: spec.memory_gib * GIB for name, spec in config.gpu_models.items()}
 
 
 def require_jobs(jobs: pd.DataFrame, cluster: str) -> None:

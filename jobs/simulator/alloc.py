@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from conf import ClusterConfig
-from jobs.simulator.catalog import GIB
+from pipelines.units import GIB
 
 if TYPE_CHECKING:
     from jobs.simulator.model import Job

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 1024**3
-MIB = 1024**2
+from pipelines.gold.failures.taxonomy import CAUSES, UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -53,24 +52,12 @@ WORKLOADS: dict[str, float] = {
 }
 GPU_WORKLOADS = frozenset({"dl_train", "dl_infer", "notebook", "gmx_gpu"})
 
-# Failure causes, named as issue 5's taxonomy (pipelines/gold/failures CAUSES) names them, and whether
-# the job's owner could have fixed them.
+# Failure causes the simulator injects and whether the job's owner could have fixed them, read from the
+# taxonomy (pipelines/gold/failures/taxonomy.py); "none" is a job that did not fail, and nothing is
+# injected as "unknown".
 USER_FIXABLE: dict[str, bool] = {
     "none": False,
-    "time_limit": True,
-    "host_oom": True,
-    "gpu_oom": True,
-    "software_error": True,
-    "nccl_timeout": True,
-    "nccl_error": False,
-    "gpu_hardware": False,
-    "node_failure": False,
-    "preemption": False,
-    "cancelled": True,
-    "k8s_oomkilled": True,
-    "k8s_exit137": False,
-    "k8s_evicted": False,
-    "k8s_image_pull": True,
+    **{c.name: c.user_fixable for c in CAUSES.values() if c.name != UNKNOWN},
 }
 FAILURE_CAUSES: tuple[str, ...] = tuple(USER_FIXABLE)
 # Per-job probability of each cause before the job's own circumstances scale it (see model.py). "nccl" is

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from jobs.simulator.alloc import Allocator
-from jobs.simulator.catalog import DCGM_MODEL_NAMES, MIB, TDP_W
+from jobs.simulator.catalog import DCGM_MODEL_NAMES, TDP_W
 from jobs.simulator.model import DAY, Job
+from pipelines.units import MIB
 
 DEFAULT_INTERVAL_S = 600
 DRIVER = "550.54.15"

@@ -7,8 +7,9 @@ import math
 import random
 from datetime import UTC, datetime
 
-from jobs.simulator.catalog import GIB, USER_FIXABLE
+from jobs.simulator.catalog import USER_FIXABLE
 from jobs.simulator.model import User
+from pipelines.units import GIB
 
 NAMESPACE = "ml-gpu"
 IMAGES = (

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from jobs.simulator.catalog import GIB, MODEL_BY_NAME
+from jobs.simulator.catalog import MODEL_BY_NAME
 from jobs.simulator.model import Job
+from pipelines.units import GIB
 
 XID_TEXT = {
     79: "GPU has fallen off the bus.",

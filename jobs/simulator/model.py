@@ -21,7 +21,6 @@ from jobs.simulator.catalog import (
     BASE_CAUSE_P,
     CUDA_CONTEXT_GIB,
     FIRST_NAMES,
-    GIB,
     GPU_WORKLOADS,
     HW_DETAILS,
     INFER_BYTES_PER_PARAM,
@@ -33,6 +32,7 @@ from jobs.simulator.catalog import (
     USER_CODE_DETAILS,
     WORKLOADS,
 )
+from pipelines.units import GIB
 
 HOUR = 3600
 DAY = 86400

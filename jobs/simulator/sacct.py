@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from jobs.simulator.catalog import GIB
 from jobs.simulator.model import DAY, Job, hostlist
 from jobs.simulator.scripts import fmt_time, gres_name
+from pipelines.units import GIB
 
 ROW_ORDER = [
     "JobID",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from jobs.simulator.catalog import GIB, GRES_TYPES, MODEL_BY_NAME
+from jobs.simulator.catalog import GRES_TYPES, MODEL_BY_NAME
 from jobs.simulator.model import Job
+from pipelines.units import GIB
 
 
 def fmt_time(seconds: int) -> str:

@@ -7,9 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.simulator.catalog import GIB, USER_FIXABLE
+from jobs.simulator.catalog import USER_FIXABLE
 from jobs.simulator.model import Job
 from jobs.simulator.sacct import main_step_rss_kib, main_step_tasks
+from pipelines.units import GIB
 
 TS = pa.timestamp("us")
 SCHEMA = pa.schema(

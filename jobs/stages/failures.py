@@ -7,11 +7,20 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from conf import ClusterConfig
 from jobs.context import Context
 from jobs.io.tables import month_predicate, read_table, replace_where
-from pipelines.gold.failures import diagnose_failures, filter_diagnosable, gpu_signals, parse_job_log_text
+from pipelines.gold.failures.diagnose import (
+    diagnose_failures,
+    filter_diagnosable,
+    gpu_signals,
+    parse_job_log_text,
+)
 from pipelines.gold.failures.scoring import has_evidence
+from pipelines.gold.failures.taxonomy import CAUSES
 from pipelines.schemas import GOLD_FAILURES
+
+TOP_USERS = 10
 
 
 @dataclass
@@ -34,10 +43,11 @@ def _keys(df: DataFrame, jobs: DataFrame) -> DataFrame:
     return df.join(jobs.select("cluster", "job_id"), on=["cluster", "job_id"], how="left_semi")
 
 
-def diagnose(ctx: Context, cluster: str, month: str | None = None, job_id: str | None = None) -> DataFrame:
+def diagnose(
+    ctx: Context, cluster: str, config: ClusterConfig, month: str | None = None, job_id: str | None = None
+) -> DataFrame:
     """gold.failures rows (not written) for the cluster's diagnosable jobs of a month, or for one job."""
     spark, settings = ctx.spark, ctx.settings
-    config = ctx.cluster(cluster)
     jobs = read_table(spark, settings, "silver.jobs").where(F.col("cluster") == cluster)
     if job_id is not None:
         jobs = jobs.where(F.col("job_id") == job_id)
@@ -59,11 +69,11 @@ def diagnose(ctx: Context, cluster: str, month: str | None = None, job_id: str |
     return diagnose_failures(jobs, steps, logs, gpu_signals(samples, jobs), scripts, config, ctx.now())
 
 
-def build_failures(ctx: Context, cluster: str, month: str) -> FailureCounts:
+def build_failures(ctx: Context, cluster: str, month: str, config: ClusterConfig) -> FailureCounts:
     """Diagnose every failed/cancelled job of the cluster that ended in `month` (YYYY-MM) and replace that
     cluster-month of gold.failures with the result; returns the counts written."""
     ctx.progress(f"failures: diagnosing {cluster} {month} ...")
-    rows = diagnose(ctx, cluster, month)
+    rows = diagnose(ctx, cluster, config, month)
     predicate = month_predicate(cluster, month)
     replace_where(ctx.spark, ctx.settings, GOLD_FAILURES.name, rows, predicate)
     written = read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name).where(predicate)
@@ -115,3 +125,70 @@ def score_against_truth(
         )
         out.append((t, p, seen))
     return out
+
+
+def failures_summary(ctx: Context, cluster: str, month: str) -> dict[str, object]:
+    """Build the cluster-month's gold.failures and summarise it: totals, per cause, top users, and the
+    price sheet the dollars came from (docs/cli.md shape)."""
+    config, sheet = ctx.cluster_config(cluster)
+    counts = build_failures(ctx, cluster, month, config)
+    rows = read_table(ctx.spark, ctx.settings, GOLD_FAILURES.name).where(month_predicate(cluster, month))
+    summary = _summary(rows, cluster, month)
+    summary["jobs"] = counts.jobs
+    summary["price_sheet"] = sheet
+    return summary
+
+
+def _summary(rows: DataFrame, cluster: str, month: str) -> dict[str, object]:
+    """Totals, per-cause figures and the top users by lost dollars, in one pass per grouping."""
+    measures = [
+        F.count("*").alias("jobs"),
+        F.sum(F.col("user_fixable").cast("int")).alias("user_fixable"),
+        F.sum("lost_gpu_hours").alias("lost_gpu_hours"),
+        F.sum("lost_core_hours").alias("lost_core_hours"),
+        F.sum("lost_usd").alias("lost_usd"),
+    ]
+    by_cause = {
+        r["cause"]: {
+            "title": CAUSES[r["cause"]].title,
+            "jobs": r["jobs"],
+            "user_fixable": r["user_fixable"],
+            "lost_gpu_hours": round(r["lost_gpu_hours"] or 0.0, 2),
+            "lost_core_hours": round(r["lost_core_hours"] or 0.0, 2),
+            "lost_usd": round(r["lost_usd"] or 0.0, 2),
+            "mean_confidence": round(r["mean_confidence"], 2),
+        }
+        for r in rows.groupBy("cause")
+        .agg(*measures, F.avg("confidence").alias("mean_confidence"))
+        .orderBy(F.desc("jobs"), "cause")
+        .collect()
+    }
+    users = (
+        rows.groupBy("user")
+        .agg(*measures, F.mode("cause").alias("top_cause"))
+        .orderBy(F.desc("lost_usd"), F.desc("jobs"), "user")
+        .limit(TOP_USERS)
+        .collect()
+    )
+    top_users = [
+        {
+            "user": r["user"],
+            "jobs": r["jobs"],
+            "user_fixable": r["user_fixable"],
+            "lost_gpu_hours": round(r["lost_gpu_hours"] or 0.0, 2),
+            "lost_usd": round(r["lost_usd"] or 0.0, 2),
+            "top_cause": r["top_cause"],
+        }
+        for r in users
+    ]
+    return {
+        "cluster": cluster,
+        "month": month,
+        "jobs": sum(c["jobs"] for c in by_cause.values()),
+        "user_fixable_jobs": sum(c["user_fixable"] for c in by_cause.values()),
+        "lost_gpu_hours": round(sum(c["lost_gpu_hours"] for c in by_cause.values()), 2),
+        "lost_core_hours": round(sum(c["lost_core_hours"] for c in by_cause.values()), 2),
+        "lost_usd": round(sum(c["lost_usd"] for c in by_cause.values()), 2),
+        "by_cause": by_cause,
+        "top_users": top_users,
+    }

@@ -24,8 +24,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf import ClusterConfig, Prices
+from pipelines.schemas import GOLD_JOB_USAGE
 from pipelines.silver.attribution import with_raw_job_ids_resolved
 from pipelines.states import FAILED_STATES
+from pipelines.units import GIB, MIG_PROFILE_RE, MIG_SLICES_PER_GPU, mig_slices_col, parse_mig_profile
 
 # A GPU sample whose utilisation is below this (percent) counts as idle. DCGM_FI_DEV_GPU_UTIL is an
 # integer percent of time with a kernel running; Job Defense Shield counts only exact 0 % as idle, we
@@ -38,21 +40,6 @@ DEFAULT_SAMPLE_INTERVAL_S = 30.0
 # (raise --time, raise --mem). NODE_FAIL, BOOT_FAIL and PREEMPTED are the system's; FAILED alone (a non-zero
 # exit with no diagnosed cause) is not counted, so the failed-run waste is a lower bound.
 USER_FIXABLE_STATES: frozenset[str] = frozenset({"TIMEOUT", "OUT_OF_MEMORY"})
-# MIG instances are priced and counted by compute slices out of the 7 of an A100/H100.
-MIG_SLICES_PER_GPU = 7
-
-# The documented default price sheet for a cluster without conf/clusters/<name>.yaml: OpenCost's fallback
-# list (opencost configs/default.json, "Default prices based on GCP us-central1"), in USD per vCPU-hour,
-# GiB-hour and GPU-hour.
-DEFAULT_PRICES = Prices(core_hour_usd=0.031611, gib_hour_usd=0.004237, gpu_hour_usd={"default": 0.95})
-
-GIB = 1024**3
-_MIG_RE = re.compile(r"(\d+)g\.(\d+)gb", re.IGNORECASE)
-
-
-def default_cluster_config(name: str) -> ClusterConfig:
-    """The cluster config used when a cluster has no yaml: OpenCost's default prices, no GPU models."""
-    return ClusterConfig(name=name, scheduler="slurm", prices=DEFAULT_PRICES)
 
 
 def price_sheet_json(cluster: ClusterConfig) -> str:
@@ -74,22 +61,18 @@ def _normalise_model_col(col: Column) -> Column:
 def vram_fit_options(cluster: ClusterConfig) -> list[tuple[str, int]]:
     """Every whole GPU and MIG profile of the cluster as (label, bytes), smallest first.
 
-    A MIG profile's size is the nominal number in its name read as 10^9 bytes (1g.10gb → 10 GB), which is
-    below the slice's real memory, so a fit is never overstated. Ties go to fewer compute slices."""
+    A MIG profile's size is `parse_mig_profile`'s: the number in its name read as GB (docs/waste.md says why).
+    Ties go to fewer compute slices; a profile that is not a MIG profile name is left out."""
     options: list[tuple[int, int, str]] = []
     for model, spec in cluster.gpu_models.items():
         options.append((int(spec.memory_gib * GIB), MIG_SLICES_PER_GPU, model))
         for profile in spec.mig_profiles:
-            match = _MIG_RE.fullmatch(profile)
-            if match:
-                options.append((int(match.group(2)) * 10**9, int(match.group(1)), f"{model} {profile}"))
+            try:
+                slices, size = parse_mig_profile(profile)
+            except ValueError:
+                continue
+            options.append((size, slices, f"{model} {profile}"))
     return [(label, size) for size, _, label in sorted(options)]
-
-
-def mig_fraction(profile: str | None) -> float:
-    """Share of a whole GPU a MIG profile holds (compute slices / 7); 1.0 for a whole GPU."""
-    match = _MIG_RE.search(profile or "")
-    return int(match.group(1)) / MIG_SLICES_PER_GPU if match else 1.0
 
 
 def with_copies(samples: DataFrame) -> DataFrame:
@@ -240,7 +223,7 @@ def job_usage(
     telemetry = job_gpu_telemetry(samples, finished, idle_below_pct)
     df = with_failure_cause(finished, failures).join(telemetry, on=["cluster", "job_id"], how="left")
     df = with_vram_fit(df.withColumn("gpu_model", _gpu_model_col(cluster)), cluster)
-    out = [F.col(c.split(":")[-1]).alias(c.split(":")[0]) for c in JOB_USAGE_COLUMNS]
+    out = [F.col(_INTERNAL_NAMES.get(c, c)).alias(c) for c in GOLD_JOB_USAGE.columns]
     return with_rounded(_with_efficiency(df, cluster).select(*out))
 
 
@@ -264,9 +247,8 @@ def _with_efficiency(df: DataFrame, cluster: ClusterConfig) -> DataFrame:
     alloc_cpus = F.coalesce(F.col("alloc_cpus"), F.col("req_cpus"), F.lit(0))
     mem_bytes = F.coalesce(F.col("req_mem_bytes"), F.col("alloc_mem_bytes"))
     alloc_gpus = F.coalesce(F.col("alloc_gpus"), F.col("req_gpus"), F.lit(0))
-    mig = F.coalesce(F.col("mig_profile"), F.regexp_extract(F.col("gpu_model"), r"(\d+g\.\d+gb)", 1))
-    slices = F.regexp_extract(mig, r"^(\d+)g\.", 1)
-    mig_frac = F.when(slices != "", slices.cast("double") / MIG_SLICES_PER_GPU)
+    mig = F.coalesce(F.col("mig_profile"), F.regexp_extract(F.col("gpu_model"), f"({MIG_PROFILE_RE})", 1))
+    mig_frac = mig_slices_col(mig).cast("double") / MIG_SLICES_PER_GPU
     has_telemetry = F.col("gpu_sampled_s") > 0
     gpu_wall_s = alloc_gpus * elapsed_s
     df = df.select(
@@ -358,80 +340,18 @@ def _with_dollars(df: DataFrame, prices: Prices) -> DataFrame:
     )
 
 
-# Per-job dollars, in gold.job_usage's order; with the hours, what the month tables add up over jobs.
-USD_COLUMNS: tuple[str, ...] = (
-    "cpu_alloc_usd",
-    "mem_alloc_usd",
-    "gpu_alloc_usd",
-    "alloc_usd",
-    "cpu_wasted_usd",
-    "mem_wasted_usd",
-    "gpu_idle_usd",
-    "gpu_underused_usd",
-    "failed_run_usd",
-    "wasted_usd",
-)
-HOUR_COLUMNS: tuple[str, ...] = (
-    "cpu_alloc_core_h",
-    "cpu_used_core_h",
-    "cpu_wasted_core_h",
-    "mem_alloc_gib_h",
-    "mem_used_gib_h",
-    "mem_wasted_gib_h",
-    "gpu_alloc_h",
-    "gpu_used_h",
-    "gpu_idle_h",
-    "gpu_underused_h",
-)
+# What the month tables add up over jobs: every hour (`_h`) and dollar (`_usd`) figure of gold.job_usage,
+# in its order.
+HOUR_COLUMNS: tuple[str, ...] = tuple(c for c in GOLD_JOB_USAGE.columns if c.endswith("_h"))
+USD_COLUMNS: tuple[str, ...] = tuple(c for c in GOLD_JOB_USAGE.columns if c.endswith("_usd"))
 SUMMED_COLUMNS: tuple[str, ...] = HOUR_COLUMNS + USD_COLUMNS
 
-# The output contract: gold.job_usage's columns in order ("name:internal" renames; types in schemas.py).
-JOB_USAGE_COLUMNS: tuple[str, ...] = (
-    "cluster",
-    "month",
-    "job_id",
-    "source",
-    "user",
-    "account",
-    "partition",
-    "state",
-    "start_ts",
-    "end_ts",
-    "elapsed_s",
-    "timelimit_s",
-    "time_eff_pct",
-    "alloc_cpus:_cpus",
-    "limit_cpu_cores",
-    "total_cpu_s",
-    "cpu_alloc_core_h",
-    "cpu_used_core_h",
-    "cpu_wasted_core_h",
-    "cpu_eff_pct",
-    "req_mem_bytes:_mem_bytes",
-    "max_rss_bytes",
-    "limit_mem_bytes",
-    "mem_alloc_gib_h",
-    "mem_used_gib_h",
-    "mem_wasted_gib_h",
-    "mem_eff_pct",
-    "alloc_gpus:_gpus",
-    "gpu_model",
-    "mig_profile:_mig",
-    "gpu_fraction",
-    "gpu_share",
-    "has_gpu_telemetry",
-    "gpu_coverage_pct",
-    "gpu_alloc_h",
-    "gpu_util_mean_pct",
-    "gpu_used_h",
-    "gpu_idle_h",
-    "gpu_underused_h",
-    "vram_peak_bytes",
-    "vram_card_bytes:vram_card_bytes_",
-    "vram_peak_pct",
-    "vram_fits",
-    "failure_cause",
-    "failure_cause_from",
-    "is_user_fixable_failure",
-    *USD_COLUMNS,
-)
+# The output contract is gold.job_usage's schema (pipelines/schemas.py): its columns, in its order. These are
+# the ones computed under another name here (output name -> internal column).
+_INTERNAL_NAMES: dict[str, str] = {
+    "alloc_cpus": "_cpus",
+    "req_mem_bytes": "_mem_bytes",
+    "alloc_gpus": "_gpus",
+    "mig_profile": "_mig",
+    "vram_card_bytes": "vram_card_bytes_",
+}

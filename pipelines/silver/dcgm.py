@@ -16,7 +16,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-MIB = 1024**2
+from pipelines.units import MIB
 
 # dcgm-exporter metric -> (silver.gpu_samples column, factor into the column's unit)
 KEPT_METRICS: dict[str, tuple[str, float]] = {

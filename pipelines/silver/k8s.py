@@ -24,18 +24,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from pipelines.schemas import SILVER_JOBS
 from pipelines.states import FINAL_STATES
+from pipelines.units import MEM_FACTORS
 
 _QUANTITY_RE = re.compile(
     r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
 )
+# Binary suffixes (Ki, Mi, Gi, ...) are Slurm's K, M, G, ... (pipelines.units); the rest are decimal.
 _SUFFIX = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
+    **{f"{letter}i": factor for letter, factor in MEM_FACTORS.items() if letter},
     "n": 1e-9,
     "u": 1e-6,
     "m": 1e-3,
@@ -178,7 +176,7 @@ def _require(obj: dict, path: str) -> Any:
 
 
 def parse_pod(pod: dict) -> dict[str, Any]:
-    """One Pod object as a silver.jobs row (without cluster, source_file, line_no, ingested_at).
+    """One Pod object as a silver.jobs row (cluster, source_file, line_no, ingested_at None: the caller's).
     Raises ValueError naming the missing or malformed field."""
     if not isinstance(pod, dict):
         raise ValueError("not a JSON object")
@@ -226,14 +224,12 @@ def parse_pod(pod: dict) -> dict[str, Any]:
     labels = meta.get("labels") or {}
     owners = meta.get("ownerReferences") or []
     cpus = math.ceil(req["cpu"] - 1e-9) if "cpu" in req else None
+    # What a pod records; every other silver.jobs column is None.
     return {
+        **dict.fromkeys(SILVER_JOBS.columns),
         "job_id": f"{namespace}/{name}",
         "source": "k8s",
         "job_id_raw": meta.get("uid"),
-        "array_job_id": None,
-        "array_task_id": None,
-        "het_job_id": None,
-        "het_job_offset": None,
         "job_name": labels.get("job-name") or (owners[0].get("name") if owners else None) or name,
         "user": labels.get("user"),
         "account": namespace,
@@ -241,12 +237,9 @@ def parse_pod(pod: dict) -> dict[str, Any]:
         "qos": status.get("qosClass"),
         "state": state,
         "state_raw": state_raw,
-        "cancelled_by": None,
         "exit_code": exit_code,
         # A container's exit status 128+N means it was killed by signal N (137 = SIGKILL).
         "exit_signal": None if exit_code is None else (exit_code - 128 if exit_code > 128 else 0),
-        "derived_exit_code": None,
-        "derived_exit_signal": None,
         "submit_ts": _ts(meta.get("creationTimestamp")),
         "start_ts": start,
         "end_ts": end,
@@ -264,11 +257,6 @@ def parse_pod(pod: dict) -> dict[str, Any]:
         "nodes": 1 if spec.get("nodeName") else None,
         "node_list": spec.get("nodeName"),
         "ntasks": len(containers),
-        "total_cpu_s": None,
-        "max_rss_bytes": None,
-        "gpu_mem_peak_bytes": None,
-        "gpu_util_peak_pct": None,
-        "script_hash": None,
         "is_final": state in FINAL_STATES,
     }
 

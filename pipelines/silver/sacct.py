@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipelines import units as U
+from pipelines.schemas import TableSpec
 from pipelines.states import FINAL_STATES, JOB_STATES
 
 # record kinds of a parsed line
@@ -516,35 +517,13 @@ def with_efficiency_pct(jobs: DataFrame) -> DataFrame:
 
 # ---- which record of a key wins ---------------------------------------------------------------------
 
-# "Newer", stated once: a final state beats a non-final one; then the later End; then the later Start
-# (nulls, e.g. End=Unknown of a running job, count as earliest); then, between records of one run, the
-# later file on the command line and the later line; between runs, the later ingest.
-_EPOCH = "TIMESTAMP'1970-01-01 00:00:00'"
 
-
-def newer_sql(s: str = "s", t: str = "t") -> str:
-    """SQL condition: record `s` is newer than record `t` (same key), per the rule above, with finality
-    read from `state` (so it holds for tables without `is_final`). Equal records count as newer, so that
-    a later ingest of an equally final record with the same times wins."""
-    finals = ", ".join(f"'{x}'" for x in sorted(FINAL_STATES))
-    fin = lambda x: f"cast(coalesce({x}.state IN ({finals}), false) as int)"  # noqa: E731
-    cs = lambda c, x: f"coalesce({x}.{c}, {_EPOCH})"  # noqa: E731
-    return (
-        f"({fin(s)} > {fin(t)}) OR "
-        f"({fin(s)} = {fin(t)} AND ("
-        f"{cs('end_ts', s)} > {cs('end_ts', t)} OR ({cs('end_ts', s)} = {cs('end_ts', t)} AND "
-        f"{cs('start_ts', s)} >= {cs('start_ts', t)})))"
-    )
-
-
-def filter_latest(rows: DataFrame, key: tuple[str, ...]) -> tuple[DataFrame, DataFrame]:
-    """(the newest row per key, the rows it supersedes) within one batch, by the rule above."""
-    order = Window.partitionBy(*key).orderBy(
-        F.col("is_final").desc(),
-        F.col("end_ts").desc_nulls_last(),
-        F.col("start_ts").desc_nulls_last(),
-        F.col("file_order").desc(),
-        F.col("line_no").desc(),
+def filter_latest(rows: DataFrame, spec: TableSpec) -> tuple[DataFrame, DataFrame]:
+    """(the newest row per key, the rows it supersedes) within one batch, by the table's newer-wins rule
+    (`spec.newer`); between records of one run, the later file on the command line and the later line."""
+    assert spec.newer is not None, f"{spec.name} declares no newer-wins rule"
+    order = Window.partitionBy(*spec.key).orderBy(
+        *spec.newer.newest_first(), F.col("file_order").desc(), F.col("line_no").desc()
     )
     ranked = rows.withColumn("_rank", F.row_number().over(order))
     return (

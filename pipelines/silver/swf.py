@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pipelines.schemas import SILVER_JOBS
 from pipelines.states import FINAL_STATES
+from pipelines.units import KIB
 
 SWF_FIELDS = (
     "job",
@@ -141,52 +143,34 @@ def parse_swf(bronze: DataFrame, headers: dict[str, SwfHeader]) -> tuple[DataFra
     state = F.coalesce(_map(SWF_STATUS)[status.cast("string")], F.lit("UNKNOWN"))
     queue_no, part_no = n["queue"].cast("string"), n["partition"].cast("string")
     key = F.concat_ws("\t", F.col("source_file"), F.lit(""))
-    rows = good.select(
-        "cluster",
-        n["job"].cast("string").alias("job_id"),
-        F.lit("swf").alias("source"),
-        n["job"].cast("string").alias("job_id_raw"),
-        F.lit(None).cast("string").alias("array_job_id"),
-        F.lit(None).cast("string").alias("array_task_id"),
-        F.lit(None).cast("string").alias("het_job_id"),
-        F.lit(None).cast("int").alias("het_job_offset"),
-        n["exe"].cast("string").alias("job_name"),
-        n["user"].cast("string").alias("user"),
-        n["group"].cast("string").alias("account"),
-        F.coalesce(_map(parts)[F.concat(key, part_no)], part_no).alias("partition"),
-        F.coalesce(_map(queues)[F.concat(key, queue_no)], queue_no).alias("qos"),
-        state.alias("state"),
-        status.cast("string").alias("state_raw"),
-        F.lit(None).cast("string").alias("cancelled_by"),
-        *[F.lit(None).cast("int").alias(c) for c in ("exit_code", "exit_signal")],
-        *[F.lit(None).cast("int").alias(c) for c in ("derived_exit_code", "derived_exit_signal")],
-        F.timestamp_seconds(submit).alias("submit_ts"),
-        F.timestamp_seconds(began).alias("start_ts"),
-        F.timestamp_seconds(ended).alias("end_ts"),
-        n["run"].alias("elapsed_s"),
-        F.when(n["req_time"] > 0, n["req_time"]).alias("timelimit_s"),
-        req_procs.cast("int").alias("req_cpus"),
-        alloc.cast("int").alias("alloc_cpus"),
-        (F.when(v["req_mem_kb"] >= 0, v["req_mem_kb"]) * 1024 * req_procs)
-        .cast("long")
-        .alias("req_mem_bytes"),
-        F.lit(None).cast("long").alias("alloc_mem_bytes"),
-        F.lit(None).cast("double").alias("limit_cpu_cores"),  # Kubernetes only
-        F.lit(None).cast("long").alias("limit_mem_bytes"),
-        *[F.lit(None).cast("int").alias(c) for c in ("req_gpus", "alloc_gpus")],
-        F.lit(None).cast("string").alias("gpu_model"),
-        F.lit(None).cast("int").alias("nodes"),
-        F.lit(None).cast("string").alias("node_list"),
-        F.lit(None).cast("int").alias("ntasks"),
-        (F.when(v["avg_cpu"] >= 0, v["avg_cpu"]) * alloc).alias("total_cpu_s"),
-        (F.when(v["used_mem_kb"] >= 0, v["used_mem_kb"]) * 1024 * alloc).cast("long").alias("max_rss_bytes"),
-        *[F.lit(None).cast("long").alias("gpu_mem_peak_bytes")],
-        F.lit(None).cast("double").alias("gpu_util_peak_pct"),
-        F.lit(None).cast("string").alias("script_hash"),
-        state.isin(*sorted(FINAL_STATES)).alias("is_final"),
-        "source_file",
-        "line_no",
-        "ingested_at",
-        "raw",  # the line itself, for quarantine by the validation step; not a silver.jobs column
-    )
+    # What SWF records; every other silver.jobs column is null (SILVER_JOBS.columns_from).
+    given: dict[str, Column | str] = {
+        "cluster": "cluster",
+        "job_id": n["job"].cast("string"),
+        "source": F.lit("swf"),
+        "job_id_raw": n["job"].cast("string"),
+        "job_name": n["exe"].cast("string"),
+        "user": n["user"].cast("string"),
+        "account": n["group"].cast("string"),
+        "partition": F.coalesce(_map(parts)[F.concat(key, part_no)], part_no),
+        "qos": F.coalesce(_map(queues)[F.concat(key, queue_no)], queue_no),
+        "state": state,
+        "state_raw": status.cast("string"),
+        "submit_ts": F.timestamp_seconds(submit),
+        "start_ts": F.timestamp_seconds(began),
+        "end_ts": F.timestamp_seconds(ended),
+        "elapsed_s": n["run"],
+        "timelimit_s": F.when(n["req_time"] > 0, n["req_time"]),
+        "req_cpus": req_procs.cast("int"),
+        "alloc_cpus": alloc.cast("int"),
+        "req_mem_bytes": (F.when(v["req_mem_kb"] >= 0, v["req_mem_kb"]) * KIB * req_procs).cast("long"),
+        "total_cpu_s": F.when(v["avg_cpu"] >= 0, v["avg_cpu"]) * alloc,
+        "max_rss_bytes": (F.when(v["used_mem_kb"] >= 0, v["used_mem_kb"]) * KIB * alloc).cast("long"),
+        "is_final": state.isin(*sorted(FINAL_STATES)),
+        "source_file": "source_file",
+        "line_no": "line_no",
+        "ingested_at": "ingested_at",
+    }
+    # `raw` is the line itself, for quarantine by the validation step; not a silver.jobs column.
+    rows = good.select(*SILVER_JOBS.columns_from(given), "raw")
     return rows, rejects

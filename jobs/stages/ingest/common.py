@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
 from jobs.io.tables import MergeCounts, append_rows, merge_into, read_table
-from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE
+from jobs.io.validate import validate
+from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE, SILVER_JOBS
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Spark reads a file whole (one string per file) to number its lines; a JVM string stops short of 2 GiB.
@@ -280,3 +281,32 @@ def write_quarantine(ctx: Context, rejects: DataFrame) -> MergeCounts:
         else rejects
     )
     return merge_into(ctx.spark, ctx.settings, QUARANTINE.name, rejects, insert_only=True)
+
+
+def merge_jobs(ctx: Context, rows: DataFrame, source: str) -> tuple[MergeCounts, int, int]:
+    """Validate silver.jobs rows of a batch (row failures to quarantine) and MERGE them by the table's
+    newer-wins rule: one row per job from the batch, then a stored row is replaced only by a newer one
+    (the very same record again counts as unchanged). Returns the merge counts, the rows superseded
+    within the batch and the rows rejected. `rows` carries silver.jobs columns plus `raw` (for quarantine)."""
+    rule = SILVER_JOBS.newer
+    assert rule is not None
+    order = Window.partitionBy(*SILVER_JOBS.key).orderBy(
+        *rule.newest_first(), F.col("source_file").desc(), F.col("line_no").desc()
+    )
+    rows = rows.cache()
+    unique = rows.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank").cache()
+    total, kept = rows.count(), unique.count()
+    checked = validate(unique, SILVER_JOBS.name, source)
+    if checked.rejected:
+        write_quarantine(ctx, checked.rejects)
+    same_record = "t.source_file <=> s.source_file AND t.line_no <=> s.line_no"
+    counts = merge_into(
+        ctx.spark,
+        ctx.settings,
+        SILVER_JOBS.name,
+        checked.valid,
+        update_when=f"({rule.sql('s', 't')}) AND NOT ({same_record})",
+    )
+    rows.unpersist()
+    unique.unpersist()
+    return counts, total - kept, checked.rejected

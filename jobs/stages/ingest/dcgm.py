@@ -5,9 +5,9 @@ overlap). Lines are read by Spark, not the driver; a file whose content is alrea
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,10 +40,6 @@ from pipelines.silver.dcgm import (
     samples_of,
 )
 
-HELP = (
-    "dcgm-exporter scrapes (Prometheus text) or archives (CSV or Parquet: timestamp,metric,labels,value) "
-    "into silver.gpu_samples, attributed to jobs"
-)
 # A sample is rewritten only when it comes from another line or its attribution changed.
 SAMPLES_UPDATE_WHEN = (
     "NOT (t.source_file <=> s.source_file AND t.line_no <=> s.line_no) "
@@ -54,10 +50,6 @@ _EPOCH_IN_NAME = re.compile(r"(?<!\d)(1\d{9})(?!\d)")
 
 
 PARQUET_MAGIC = b"PAR1"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options beyond PATH, --cluster and --json."""
 
 
 def scrape_time(name: str, now: datetime) -> datetime:
@@ -98,13 +90,13 @@ def parquet_lines(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame
     return union_all(frames)
 
 
-def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
     """Parse new files' lines, pivot, attribute, MERGE into silver.gpu_samples, quarantine rejects, and
     land the lines in bronze.gpu_samples last (a file whose content is in bronze is skipped next time)."""
-    refs = scan_inputs(args.paths)
-    report = IngestReport(source="dcgm", cluster=args.cluster, files=len(refs))
+    refs = scan_inputs(paths)
+    report = IngestReport(source="dcgm", cluster=cluster, files=len(refs))
     now = ctx.now()
-    known = known_files(ctx, "gpu_samples", args.cluster)
+    known = known_files(ctx, "gpu_samples", cluster)
     new: dict[str, InputRef] = {}
     for ref in refs:
         if ref.sha256 not in known:
@@ -121,8 +113,8 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     texts = [r for r in fresh if r not in archives]
     csv_files = [r.name for r in texts if r.first_line.lower() == CSV_HEADER] + [r.name for r in archives]
     scrape_ts = {r.name: scrape_time(r.name, now) for r in texts if r.name not in csv_files}
-    parts = ([lines_frame(ctx, texts, args.cluster)] if texts else []) + (
-        [parquet_lines(ctx, archives, args.cluster)] if archives else []
+    parts = ([lines_frame(ctx, texts, cluster)] if texts else []) + (
+        [parquet_lines(ctx, archives, cluster)] if archives else []
     )
     lines = union_all(parts)
     checked = check_dcgm_lines(lines, scrape_ts, csv_files).persist(StorageLevel.MEMORY_AND_DISK)
@@ -133,7 +125,7 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     report.read = kept_lines + report.quarantined + sum(not_kept.values())
     report.tables["metrics not kept (lines)"] = dict(sorted(not_kept.items()))
     ctx.progress(f"dcgm: {kept_lines} metric line(s) kept, {report.quarantined} quarantined")
-    jobs = read_table(ctx.spark, ctx.settings, SILVER_JOBS.name).filter(F.col("cluster") == args.cluster)
+    jobs = read_table(ctx.spark, ctx.settings, SILVER_JOBS.name).filter(F.col("cluster") == cluster)
     rows = with_job_attribution(pivot_samples(samples_of(checked)), jobs).persist(
         StorageLevel.MEMORY_AND_DISK
     )
@@ -152,7 +144,7 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     checked_rows = validate(rows, SILVER_GPU_SAMPLES.name, "dcgm")
     if summary:
         lo, hi = min(r["lo"] for r in summary), max(r["hi"] for r in summary)
-        span = f"t.cluster = {sql_string(args.cluster)} AND t.ts BETWEEN '{lo}' AND '{hi}'"
+        span = f"t.cluster = {sql_string(cluster)} AND t.ts BETWEEN '{lo}' AND '{hi}'"
         counts = merge_into(
             ctx.spark,
             ctx.settings,

@@ -3,28 +3,28 @@ List documents) into silver.jobs with source `k8s`."""
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Sequence
 
 import pandas as pd
 from pyspark.sql import types as T
 
 from jobs.context import Context
-from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from jobs.stages.ingest.swf import merge_jobs
+from jobs.stages.ingest.common import (
+    IngestReport,
+    bronze_frame,
+    merge_jobs,
+    read_inputs,
+    write_bronze,
+    write_quarantine,
+)
 from pipelines.schemas import QUARANTINE, SILVER_JOBS
 from pipelines.silver.k8s import parse_pod, split_pod_records
 
-HELP = "Kubernetes Pod objects (JSON lines, or kubectl get pods -o json lists) into silver.jobs"
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options beyond PATH, --cluster and --json."""
-
-
-def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
     """Read pod files into bronze.k8s_pods, parse pods into silver.jobs, quarantine bad records."""
-    files = read_inputs(args.paths)
-    report = IngestReport(source="k8s", cluster=args.cluster, files=len(files))
+    files = read_inputs(paths)
+    report = IngestReport(source="k8s", cluster=cluster, files=len(files))
     now = ctx.now()
     rows: list[dict] = []
     rejects: list[dict] = []
@@ -39,9 +39,9 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
                     reason = str(exc)
             rejects.append({"source_file": f.name, "line_no": no, "raw": raw, "reason": reason})
     ctx.progress(f"k8s: {report.read} pod record(s) in {len(files)} file(s), {len(rejects)} rejected")
-    report.add("bronze.k8s_pods", write_bronze(ctx, "k8s_pods", bronze_frame(ctx, files, args.cluster)))
+    report.add("bronze.k8s_pods", write_bronze(ctx, "k8s_pods", bronze_frame(ctx, files, cluster)))
     if rejects:
-        q = pd.DataFrame(rejects).assign(cluster=args.cluster, source="k8s", ingested_at=pd.Timestamp(now))
+        q = pd.DataFrame(rejects).assign(cluster=cluster, source="k8s", ingested_at=pd.Timestamp(now))
         q = q[[f.name for f in QUARANTINE.schema.fields]]
         report.quarantined = len(rejects)
         report.add(
@@ -49,7 +49,7 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
         )
     if rows:
         schema = T.StructType([*SILVER_JOBS.schema.fields, T.StructField("raw", T.StringType())])
-        extra = {"cluster": args.cluster, "ingested_at": now}
+        extra = {"cluster": cluster, "ingested_at": now}
         frame = ctx.spark.createDataFrame(
             [tuple({**r, **extra}[f.name] for f in schema.fields) for r in rows], schema=schema
         )

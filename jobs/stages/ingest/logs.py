@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
+from collections.abc import Sequence
 
 import pandas as pd
 from pyspark.sql import functions as F
@@ -11,25 +11,8 @@ from pyspark.sql import functions as F
 from jobs.context import Context, UsageError
 from jobs.io.tables import merge_into
 from jobs.stages.ingest.common import IngestReport, SourceFile, read_inputs, write_bronze, write_quarantine
-from pipelines.gold.failures import parse_log_file_name
+from pipelines.gold.failures.logs import parse_log_file_name
 from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE, SILVER_JOB_LOGS
-
-HELP = (
-    "job stdout/stderr files named by job id (123.err, slurm-123.out, 123_7.err) into silver.job_logs "
-    "(their last --tail-kb KiB), for `jobfit failures`"
-)
-DEFAULT_TAIL_KB = 64
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--tail-kb: how much of the end of each file to keep."""
-    parser.add_argument(
-        "--tail-kb",
-        type=int,
-        default=DEFAULT_TAIL_KB,
-        metavar="N",
-        help=f"keep the last N KiB of each file (default {DEFAULT_TAIL_KB}); errors are at the end",
-    )
 
 
 def _tail(f: SourceFile, tail_bytes: int) -> tuple[str, int, int, int]:
@@ -45,26 +28,24 @@ def _tail(f: SourceFile, tail_bytes: int) -> tuple[str, int, int, int]:
     return text, len(cut), len(data), first_line
 
 
-def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+def run(ctx: Context, paths: Sequence[str], cluster: str, tail_kb: int) -> IngestReport:
     """Read log files; keep each one's tail in bronze.logs and silver.job_logs; unnamed ones to quarantine."""
-    if args.tail_kb < 1:
-        raise UsageError(f"--tail-kb must be at least 1, got {args.tail_kb}")
-    files = read_inputs(args.paths)
-    report = IngestReport(source="logs", cluster=args.cluster, files=len(files), read=len(files))
+    if tail_kb < 1:
+        raise UsageError(f"--tail-kb must be at least 1, got {tail_kb}")
+    files = read_inputs(paths)
+    report = IngestReport(source="logs", cluster=cluster, files=len(files), read=len(files))
     now = pd.Timestamp(ctx.now())
     rows, rejects, bronze = [], [], []
     for f in files:
         try:
             job_id, stream = parse_log_file_name(f.name)
         except ValueError as exc:
-            rejects.append((args.cluster, "logs", f.name, 0, "\n".join(f.lines[-5:])[:2000], str(exc), now))
+            rejects.append((cluster, "logs", f.name, 0, "\n".join(f.lines[-5:])[:2000], str(exc), now))
             continue
-        text, tail_bytes, file_bytes, first = _tail(f, args.tail_kb * 1024)
+        text, tail_bytes, file_bytes, first = _tail(f, tail_kb * 1024)
         sha = f.sha256 if f.name != "<stdin>" else hashlib.sha256(text.encode()).hexdigest()
-        rows.append((args.cluster, job_id, stream, text, tail_bytes, file_bytes, sha, f.name, now))
-        bronze += [
-            (args.cluster, f.name, sha, first + i, line, now) for i, line in enumerate(text.splitlines())
-        ]
+        rows.append((cluster, job_id, stream, text, tail_bytes, file_bytes, sha, f.name, now))
+        bronze += [(cluster, f.name, sha, first + i, line, now) for i, line in enumerate(text.splitlines())]
     ctx.progress(f"logs: {len(rows)} file(s) named by job id, {len(rejects)} not")
     spark = ctx.spark
     if bronze:

@@ -3,14 +3,15 @@ silver.jobs, silver.job_steps and quarantine.
 
 Every line read is accounted for: skipped (header, comment, blank), quarantined (with its reason),
 or a silver row that was inserted, updated, unchanged or superseded by a newer record of the same key
-(see `pipelines.silver.sacct.newer_sql`). The run checks that these add up to the lines read. A job whose
-script was ingested first takes its `script_hash` from silver.job_scripts (`pipelines.silver.script_links`).
+(the newer-wins rule of its TableSpec, `pipelines.schemas.NewerWins`). The run checks that these add up
+to the lines read. A job whose script was ingested first takes its `script_hash` from silver.job_scripts
+(`pipelines.silver.script_links`).
 """
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -26,19 +27,9 @@ from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS,
 from pipelines.silver import sacct
 from pipelines.silver.script_links import with_script_hash
 
-HELP = "sacct --parsable/--parsable2 dumps (with a header line, or given --format) into the job tables"
 SOURCE = "sacct"
 # Columns that record where a row came from, not what it says: they never make a row "changed".
 _PROVENANCE = ("ingested_at", "source_file", "line_no")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--format",
-        metavar="F1,F2,...",
-        help="field order of files without a header line, as given to sacct --format "
-        "(e.g. JobID,JobName,State,Elapsed); a file's own header line takes precedence",
-    )
 
 
 @dataclass
@@ -75,7 +66,7 @@ def parse_files(bronze: DataFrame, layouts: dict[str, sacct.Layout]) -> DataFram
 
 def _classify(ctx: Context, spec: TableSpec, batch: DataFrame) -> DataFrame:
     """Each batch row against the stored table: insert (new key), unchanged (same content), update
-    (newer, see `newer_sql`) or superseded (the stored row is newer)."""
+    (newer, by the table's `NewerWins` rule) or superseded (the stored row is newer)."""
     content = [f.name for f in spec.schema.fields if f.name not in _PROVENANCE]
     source = conform(batch, spec).withColumn("_hash", sacct.content_hash(batch, content))
     target = read_table(ctx.spark, ctx.settings, spec.name)
@@ -86,7 +77,7 @@ def _classify(ctx: Context, spec: TableSpec, batch: DataFrame) -> DataFrame:
     category = (
         F.when(F.col("t._present").isNull(), "insert")
         .when(F.col("s._hash") == F.col("t._hash"), "unchanged")
-        .when(F.expr(sacct.newer_sql("s", "t")), "update")
+        .when(F.expr(spec.newer.sql("s", "t")), "update")
         .otherwise("superseded")
     )
     return joined.select(
@@ -107,21 +98,21 @@ def _write(ctx: Context, spec: TableSpec, batch: DataFrame, rows: int) -> tuple[
     counts = Counter({r["_category"]: r["count"] for r in classified.groupBy("_category").count().collect()})
     if counts["insert"] or counts["update"]:
         changed = classified.where(F.col("_category").isin("insert", "update"))
-        merge_into(ctx.spark, ctx.settings, spec.name, changed, update_when=sacct.newer_sql("s", "t"))
+        merge_into(ctx.spark, ctx.settings, spec.name, changed, update_when=spec.newer.sql("s", "t"))
     classified.unpersist()
     return MergeCounts(counts["insert"], counts["update"], counts["unchanged"]), counts["superseded"]
 
 
-def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None) -> IngestReport:
     """Ingest the sacct files; returns the counts (also printed)."""
-    cluster = args.cluster.strip()
+    cluster = cluster.strip()
     if not cluster:
         raise UsageError("--cluster must not be empty")
     try:
-        fmt = sacct.split_format(args.format) if args.format else None
+        fmt = sacct.split_format(fmt) if fmt else None
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    files = read_inputs(args.paths)
+    files = read_inputs(paths)
     layouts = _layouts(files, fmt)
     report = SacctReport(
         source=SOURCE, cluster=cluster, files=len(files), read=sum(len(f.lines) for f in files)
@@ -139,11 +130,11 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
     report.skipped = kinds[sacct.SKIP]
 
     ctx.progress("validating")
-    steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS.key)[0]
+    steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)[0]
     steps = steps.persist(StorageLevel.MEMORY_AND_DISK)
     checked_steps = validate(steps, SILVER_JOB_STEPS.name, SOURCE)
     # A job's peaks come from its steps that passed validation (a rejected step's values are not trusted).
-    jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS.key)[0]
+    jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS)[0]
     if table_exists(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name):  # scripts ingested before the jobs
         links = read_table(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name)
         jobs = with_script_hash(jobs, links.where(F.col("cluster") == cluster))

@@ -10,9 +10,9 @@ het job's: `pipelines.silver.script_links`); jobs ingested later take it from si
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
+from collections.abc import Sequence
 
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
@@ -24,12 +24,7 @@ from pipelines.schemas import QUARANTINE, SILVER_JOB_SCRIPTS, SILVER_JOBS, SILVE
 from pipelines.silver.script_links import with_script_hash
 from pipelines.silver.scripts import parse_script, split_batch_script_output
 
-HELP = "job scripts (files named by job id, or sacct --batch-script output) into silver.scripts"
 _JOB_ID_NAME = re.compile(r"^(\d+(?:_\d+)?(?:\+\d+)?)(?:\.(?:sh|bash|sbatch|slurm|pbs|job|savescript|txt))?$")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options beyond PATH, --cluster and --json."""
 
 
 def job_id_from_name(path: str) -> str | None:
@@ -75,10 +70,10 @@ def link_jobs(ctx: Context, cluster: str) -> int:
     return n
 
 
-def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
+def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
     """Parse each script once per content hash; link jobs to hashes; quarantine jobs without a script."""
-    files = read_inputs(args.paths)
-    report = IngestReport(source="scripts", cluster=args.cluster, files=len(files))
+    files = read_inputs(paths)
+    report = IngestReport(source="scripts", cluster=cluster, files=len(files))
     now = ctx.now()
     scripts: dict[str, dict] = {}
     links: dict[str, dict] = {}
@@ -99,10 +94,10 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
             info = parse_script(text)
             if info.script_hash in scripts or (job_id and job_id in links):
                 report.superseded += 1
-            scripts[info.script_hash] = {**info.as_row(), "cluster": args.cluster, "ingested_at": now}
+            scripts[info.script_hash] = {**info.as_row(), "cluster": cluster, "ingested_at": now}
             if job_id:
                 links[job_id] = {
-                    "cluster": args.cluster,
+                    "cluster": cluster,
                     "job_id": job_id,
                     "script_hash": info.script_hash,
                     "source_file": f.name,
@@ -111,10 +106,10 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
             else:
                 unlinked += 1
     ctx.progress(f"scripts: {report.read} script(s), {len(scripts)} distinct, {unlinked} without a job id")
-    report.add("bronze.job_scripts", write_bronze(ctx, "job_scripts", bronze_frame(ctx, files, args.cluster)))
+    report.add("bronze.job_scripts", write_bronze(ctx, "job_scripts", bronze_frame(ctx, files, cluster)))
     if rejects:
         names = [f.name for f in QUARANTINE.schema.fields]
-        extra = {"cluster": args.cluster, "source": "scripts", "ingested_at": now}
+        extra = {"cluster": cluster, "source": "scripts", "ingested_at": now}
         q = ctx.spark.createDataFrame(
             [tuple({**r, **extra}[n] for n in names) for r in rejects], QUARANTINE.schema
         )
@@ -143,7 +138,7 @@ def run(ctx: Context, args: argparse.Namespace) -> IngestReport:
         )
         report.add(SILVER_JOB_SCRIPTS.name, counts)
         report.updated = counts.updated
-        linked = link_jobs(ctx, args.cluster)
+        linked = link_jobs(ctx, cluster)
         ctx.progress(f"scripts: script_hash set on {linked} silver.jobs row(s)")
         report.tables[SILVER_JOBS.name] = {"script_hash_set": linked}
     report.tables["scripts without a job id"] = {"scripts": unlinked}
