@@ -20,6 +20,8 @@ COMMANDS = (
     "train",
     "evaluate",
     "recommend",
+    "serve",
+    "hooks",
     "simulate",
     "demo",
 )

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import pandas as pd
 
 from conf import ClusterConfig
+from features.scripts import with_script_features
+from features.table import history_features, with_request_features
+from pipelines.units import GIB, MIB, mig_fraction, parse_mig_profile
 
-GIB = 2.0**30
-MIB = 2.0**20
 # A user needs this many finished jobs on the cluster before a recommendation is given.
 MIN_USER_HISTORY = 3
-_MIG_RE = re.compile(r"(\d+)g\.(\d+)gb$")
 
 
 def format_mem(bytes_: float) -> str:
@@ -33,29 +32,33 @@ def format_time(seconds: float) -> str:
 
 
 def gpu_options(cluster: ClusterConfig | None) -> list[tuple[float, str, str | None]]:
-    """(memory GiB, GPU model, MIG profile or None) of every whole GPU and MIG slice, smallest first."""
+    """(memory bytes, GPU model, MIG profile or None) of every whole GPU and MIG slice, smallest first.
+
+    A MIG profile's memory is `parse_mig_profile`'s (the number in its name read as GB), as gold.job_usage's
+    VRAM fit reads it; a profile that is not a MIG profile name is left out."""
     if cluster is None:
         return []
     options: list[tuple[float, str, str | None]] = []
     for model, spec in cluster.gpu_models.items():
-        options.append((spec.memory_gib, model, None))
+        options.append((spec.memory_gib * GIB, model, None))
         for profile in spec.mig_profiles:
-            match = _MIG_RE.match(profile)
-            if match:
-                options.append((float(match.group(2)), model, profile))
-    # Equal memory: the whole GPU before a MIG slice of the same size (7g.80gb is the whole A100).
+            try:
+                options.append((float(parse_mig_profile(profile)[1]), model, profile))
+            except ValueError:
+                continue
     return sorted(options, key=lambda o: (o[0], o[2] is not None, o[1]))
 
 
 def choose_gpu(vram_per_gpu_bytes: float, cluster: ClusterConfig | None) -> dict[str, object] | None:
     """The cheapest GPU or MIG slice (GPU-hour price x slice share) whose memory holds the recommended
-    VRAM per GPU; on equal price the smaller memory. None when nothing fits or the cluster has no GPUs."""
-    fitting = [o for o in gpu_options(cluster) if o[0] * GIB >= vram_per_gpu_bytes]
+    VRAM per GPU; on equal price a whole GPU before a MIG slice (7g.80gb is the whole A100), then the
+    smaller memory. `memory_gib` is the choice's memory in GiB (2 decimals). None when nothing fits."""
+    fitting = [o for o in gpu_options(cluster) if o[0] >= vram_per_gpu_bytes]
     if not fitting or cluster is None:
         return None
     price = lambda o: cluster.prices.gpu_hour_for(o[1]) * mig_fraction(o[2])  # noqa: E731
-    memory_gib, model, profile = min(fitting, key=lambda o: (price(o), o[0]))
-    return {"gpu_model": model, "mig_profile": profile, "memory_gib": memory_gib}
+    memory_bytes, model, profile = min(fitting, key=lambda o: (price(o), o[2] is not None, o[0]))
+    return {"gpu_model": model, "mig_profile": profile, "memory_gib": round(memory_bytes / GIB, 2)}
 
 
 def query_row(
@@ -103,12 +106,10 @@ def query_row(
     )
 
 
-def mig_fraction(profile: str | None) -> float:
-    """Share of a whole GPU a MIG profile takes (`3g.40gb` -> 3/7); 1 for a whole GPU."""
-    if profile is None:
-        return 1.0
-    match = _MIG_RE.match(profile)
-    return int(match.group(1)) / 7 if match else 1.0
+def with_query_features(queries: pd.DataFrame, scripts: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
+    """Query rows (from `query_row`) plus the script, request and history features the champions read;
+    `scripts` has silver.scripts columns, `history` is a history snapshot (finished jobs, targets)."""
+    return history_features(history, with_request_features(with_script_features(queries, scripts)))
 
 
 def assemble(

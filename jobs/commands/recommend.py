@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from features.scripts import with_script_features
-from features.table import (
-    TARGETS,
-    filter_usable,
-    history_features,
-    with_request_features,
-    with_script_key,
-    with_targets,
-)
+from features.table import TARGETS, filter_usable, with_script_key, with_targets
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
-from jobs.io.prediction import cluster_config, gpu_memory_bytes, read_jobs
-from models.recommend import MIN_USER_HISTORY, assemble, query_row
+from jobs.io.prediction import gpu_memory_bytes, read_jobs
+from models.recommend import MIN_USER_HISTORY
+from models.serving.answer import recommendation
 from pipelines.silver.scripts import parse_script
 
 if TYPE_CHECKING:  # MLflow loads in a second or more: only the commands that use it import it
@@ -69,7 +61,7 @@ def user_history(
     snapshot `jobfit train` logged, or silver.jobs when `fresh` or when there is no snapshot."""
     from jobs.io.registry import load_history_snapshot
 
-    gpu_mem = gpu_memory_bytes(cluster_config(ctx, cluster))
+    gpu_mem = gpu_memory_bytes(ctx.cluster_config(cluster)[0])
     snapshot = None if fresh else load_history_snapshot(client, cluster)
     if snapshot is not None:
         frame, info = snapshot
@@ -95,56 +87,19 @@ def recommend(
         raise UsageError(
             f"no champion models for cluster {cluster!r} (run `jobfit train --cluster {cluster}`)"
         )
-    config = cluster_config(ctx, cluster)
+    config = ctx.cluster_config(cluster)[0]
     history, source = user_history(ctx, client, cluster, user, fresh_history)
-    n_history = len(history)
-    query = query_row(info, user, pd.Timestamp(ctx.now()), gpu_memory_bytes(config))
-    payload: dict[str, object] = {
-        "cluster": cluster,
-        "user": user,
-        "script_hash": info.script_hash,
-        "history_jobs": n_history,
-        "history_source": source,
-        "script_runs": int((history["script_key"] == info.script_hash).sum()) if n_history else 0,
-    }
-    if n_history < MIN_USER_HISTORY:
-        why = (
-            f"user {user} has {n_history} finished job(s) on cluster {cluster}; recommendations need at "
-            f"least {MIN_USER_HISTORY} (the models and their calibration rely on the user's own history)"
-        )
-        targets = {t: {"status": "not_enough_history", "why": why} for t in TARGETS}
-        return payload | {
-            "status": "not_enough_history",
-            "why": why,
-            "flags": [],
-            "targets": targets,
-            "expected_saving": None,
-        }
-    scripts = pd.DataFrame([asdict(info)])
-    row = with_request_features(with_script_features(query, scripts))
-    row = history_features(history, row)
-    predictions: dict[str, float] = {}
-    status: dict[str, dict[str, object]] = {}
-    for target, champion in champions.items():
-        if champion is None:
-            status[target] = {"status": "no_model", "why": f"no champion model for {target} on {cluster}"}
-        elif target == "vram" and not (info.req_gpus or 0) > 0:
-            status[target] = {"status": "not_applicable", "why": "the script requests no GPU"}
-        else:
-            predictor, version = champion
-            predictions[target] = float(predictor.predict(row)[0])
-            status[target] = {"status": "ok", "model_version": version}
-    answer = assemble(row, predictions, config)
-    for target, values in answer["targets"].items():  # type: ignore[union-attr]
-        status[target].update(values)
-    flags = [status[t]["flag"] for t in TARGETS if "flag" in status[t]]
-    return payload | {
-        "status": "ok",
-        "why": None,
-        "flags": flags,
-        "targets": status,
-        "expected_saving": answer["expected_saving"],
-    }
+    return recommendation(
+        info,
+        cluster,
+        user,
+        pd.Timestamp(ctx.now()),
+        config,
+        champions,
+        history,
+        source,
+        gpu_memory_bytes(config),
+    )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:

@@ -1,0 +1,95 @@
+"""`jobfit hooks export --cluster C --out FILE`: the local cache Slurm's job_submit.lua reads."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from features.table import TARGETS
+from jobs.commands import add_common
+from jobs.context import Context, UsageError
+from jobs.io.files import write_text_atomic
+from models.hooks import ANY_SCRIPT, cache_entries, format_cache
+from models.recommend import MIN_USER_HISTORY
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "hooks",
+        help="files for the scheduler-side hooks in hooks/slurm/ (`hooks export`: job_submit.lua's cache)",
+        description="Scheduler-side hook support. See docs/hooks.md.",
+    )
+    hooks = p.add_subparsers(dest="hooks_command", metavar="SUBCOMMAND", parser_class=type(p))
+    hooks.required = True
+    export = hooks.add_parser(
+        "export",
+        help="write the per-(user, script) recommendation cache hooks/slurm/job_submit.lua reads",
+        description="Recommend memory (MiB), time limit (minutes), CPUs and a GPU/MIG choice for every "
+        f"user with at least {MIN_USER_HISTORY} finished jobs on the cluster, once per script key in "
+        "their history and once for any other script, from the champion models and the history snapshot "
+        "the last `jobfit train` logged (no Spark), and write them atomically (temporary file + rename) "
+        "in the line format of docs/hooks.md.",
+    )
+    export.add_argument("--out", required=True, metavar="FILE", help="the cache file to (re)write")
+    add_common(export, cluster_required=True)
+    export.set_defaults(func=run)
+
+
+def export_cache(ctx: Context, cluster: str, out: Path) -> dict[str, object]:
+    """Compute and write the cache of one cluster; returns the summary (documented in docs/cli.md)."""
+    from jobs.io.registry import configure, load_champion, load_history_snapshot
+
+    client = configure(ctx.settings)
+    champions = {t: load_champion(client, cluster, t) for t in TARGETS}
+    if not any(champions.values()):
+        raise UsageError(
+            f"no champion models for cluster {cluster!r} (run `jobfit train --cluster {cluster}`)"
+        )
+    snapshot = load_history_snapshot(client, cluster)
+    if snapshot is None:
+        raise UsageError(
+            f"no history snapshot for cluster {cluster!r} (run `jobfit train --cluster {cluster}`)"
+        )
+    history, source = snapshot
+    made_at = ctx.now()
+    ctx.progress(
+        f"hooks export: {len(history)} finished jobs of cluster {cluster} from run {source['run_id']}"
+    )
+    entries = cache_entries(
+        history,
+        {t: c[0] if c else None for t, c in champions.items()},
+        ctx.cluster_config(cluster)[0],
+        pd.Timestamp(made_at),
+    )
+    models = {t: c[1] for t, c in champions.items() if c is not None}
+    meta: dict[str, object] = {
+        "cluster": cluster,
+        "made_at": made_at.isoformat(timespec="seconds") + "Z",
+        "models": ",".join(f"{t}={v}" for t, v in models.items()),
+        "history_run_id": source["run_id"],
+        "history_taken_at": source["taken_at"],
+        "min_user_history": MIN_USER_HISTORY,
+    }
+    write_text_atomic(out, format_cache(entries, meta))
+    return {
+        "cluster": cluster,
+        "out": str(out),
+        "made_at": meta["made_at"],
+        "model_versions": models,
+        "history_source": source,
+        "users": len({e.user for e in entries}),
+        "entries": len(entries),
+        "script_entries": sum(e.script_key != ANY_SCRIPT for e in entries),
+    }
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    summary = export_cache(ctx, args.cluster, Path(args.out))
+    text = (
+        f"wrote {summary['entries']} entries for {summary['users']} users of {summary['cluster']} "
+        f"to {summary['out']} (models {summary['model_versions']})"
+    )
+    ctx.emit(summary, args.json, text=text)
+    return 0
