@@ -447,42 +447,37 @@ def _top(item: str) -> T.ArrayType:
     return T.ArrayType(_fields((item, S, True), ("wasted_usd", D, True)), containsNull=False)
 
 
-GOLD_USER_MONTH = TableSpec(
-    name="gold.user_month",
-    schema=_fields(
-        ("cluster", S, False),
-        ("month", S, False),
-        ("user", S, True),
-        *_MONTH_MEASURES,
-        ("top_jobs", _top("job_id"), True),
-    ),
-    key=("cluster", "month", "user"),
-    grain="one user's finished jobs in one cluster-month",
-)
-GOLD_ACCOUNT_MONTH = TableSpec(
-    name="gold.account_month",
-    schema=_fields(
-        ("cluster", S, False),
-        ("month", S, False),
-        ("account", S, True),
-        *_MONTH_MEASURES,
-        ("top_users", _top("user"), True),
-    ),
-    key=("cluster", "month", "account"),
-    grain="one account's finished jobs in one cluster-month",
-)
-GOLD_CLUSTER_MONTH = TableSpec(
-    name="gold.cluster_month",
-    schema=_fields(
-        ("cluster", S, False),
-        ("month", S, False),
-        *_MONTH_MEASURES,
-        ("top_users", _top("user"), True),
+def _month_spec(
+    group: str | None, top: str, item: str, extra: tuple[tuple[str, T.DataType, bool], ...] = ()
+) -> TableSpec:
+    """A month rollup table: per cluster-month (and `group`), the month measures and the column `top`
+    listing its largest `item`s by wasted dollars."""
+    by = (group,) if group else ()
+    return TableSpec(
+        name=f"gold.{group or 'cluster'}_month",
+        schema=_fields(
+            ("cluster", S, False),
+            ("month", S, False),
+            *((g, S, True) for g in by),
+            *_MONTH_MEASURES,
+            (top, _top(item), True),
+            *extra,
+        ),
+        key=("cluster", "month", *by),
+        grain=f"one {group}'s finished jobs in one cluster-month" if group else "one cluster-month",
+    )
+
+
+GOLD_USER_MONTH = _month_spec("user", "top_jobs", "job_id")
+GOLD_ACCOUNT_MONTH = _month_spec("account", "top_users", "user")
+GOLD_CLUSTER_MONTH = _month_spec(
+    None,
+    "top_users",
+    "user",
+    (
         ("source_watermark_ts", TS, True),  # latest silver ingested_at the month was built from
         ("price_sheet_json", S, True),  # the prices used
     ),
-    key=("cluster", "month"),
-    grain="one cluster-month",
 )
 
 # Raw sources, one bronze table each.

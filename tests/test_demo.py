@@ -20,11 +20,11 @@ def test_demo_ingests_through_the_cli_and_summarises(
     # Pods are the quickest source (every source is ingested in test_simulator_ingest.py, and the later
     # stages have their own tests). A source no runner provides is reported as skipped; a stage that
     # refuses its input is a failed step with its message, after which the demo still reports.
-    def refuses(ctx, cluster: str, month: str) -> dict:
+    def refuses(ctx, cluster: str, month: str, out: Path) -> dict:
         raise UsageError(f"no gold for {cluster} {month}")
 
     monkeypatch.setattr(demo, "INGEST_ORDER", (("k8s", "k8s"), ("dcgm", "nonexistent")))
-    monkeypatch.setattr(demo, "STAGES", (("refuses", refuses, True),))
+    monkeypatch.setattr(demo, "STAGES", (("refuses", refuses, ("--month", "{month}")),))
     out = tmp_path / "demo"
     res = jobfit("demo", "--jobs", "60", "--seed", "3", "--month", "2026-02", "--out", str(out), "--json")
     assert res.code == 1, res.err

@@ -33,25 +33,25 @@ INGEST_ORDER = (
 INGEST_OPTIONS: dict[str, dict[str, Any]] = {"sacct": {"fmt": None}, "logs": {"tail_kb": DEFAULT_TAIL_KB}}
 
 
-def _build(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+def _build(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
     from jobs.stages.build import build
 
     return build(ctx, cluster, month).as_dict()
 
 
-def _failures(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+def _failures(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
     from jobs.stages.failures import failures_summary
 
     return failures_summary(ctx, cluster, month)
 
 
-def _waste(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+def _waste(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
     from jobs.stages.waste import waste_summary
 
     return waste_summary(ctx, cluster, month, top=10)
 
 
-def _train(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+def _train(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
     from features.table import TARGETS
     from jobs.stages.train import train
     from models.train import TrainParams
@@ -59,19 +59,40 @@ def _train(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
     return train(ctx, cluster, list(TARGETS), TrainParams())
 
 
-def _evaluate(ctx: Context, cluster: str, month: str) -> dict[str, Any]:
+def _evaluate(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
     from jobs.stages.evaluate import evaluate
 
     return evaluate(ctx, cluster)
 
 
-# The later stages, in order: (name, runner(ctx, cluster, month) -> its command's --json, takes --month).
-STAGES: tuple[tuple[str, Callable[[Context, str, str], dict[str, Any]], bool], ...] = (
-    ("build", _build, True),
-    ("failures", _failures, True),
-    ("waste", _waste, True),
-    ("train", _train, False),
-    ("evaluate", _evaluate, False),
+def _hooks_export(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
+    from jobs.stages.hooks import export_cache
+
+    return export_cache(ctx, cluster, out / "slurm_job_submit_cache.tsv")
+
+
+def _serve(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
+    """One request to `jobfit serve`, for the user with the most finished jobs, as a submit hook sends it."""
+    import pandas as pd
+
+    from jobs.stages.serve import ask_once
+
+    jobs = pd.read_parquet(out / "truth.parquet", columns=["user"])
+    user = str(jobs["user"].value_counts().idxmax())
+    return ask_once(ctx, cluster, {"cluster": cluster, "user": user, "nodes": 1, "time_limit": "04:00:00"})
+
+
+# The later stages, in order: (name, runner(ctx, cluster, month, out) -> what its command prints with
+# --json, the rest of the command line that does the same step on its own).
+_MONTH = ("--month", "{month}")
+STAGES: tuple[tuple[str, Callable[[Context, str, str, Path], dict[str, Any]], tuple[str, ...]], ...] = (
+    ("build", _build, _MONTH),
+    ("failures", _failures, _MONTH),
+    ("waste", _waste, _MONTH),
+    ("train", _train, ()),
+    ("evaluate", _evaluate, ()),
+    ("hooks export", _hooks_export, ("--out", "{out}/slurm_job_submit_cache.tsv")),
+    ("serve", _serve, ()),
 )
 
 
@@ -140,6 +161,12 @@ def _headline(step: Step) -> str:
     if step.command == "failures" and "by_cause" in r:
         causes = ", ".join(f"{c} {v.get('jobs')}" for c, v in list(r["by_cause"].items())[:4])
         return f": {r.get('jobs')} jobs diagnosed ({causes}), ${r.get('lost_usd', 0):,.0f} lost"
+    if step.command == "hooks export" and "entries" in r:
+        return f": {r['entries']} cache entries for {r['users']} users in {r['out']}"
+    if step.command == "serve" and isinstance(r.get("answer"), dict):
+        a = r["answer"]
+        flags = " ".join(a.get("flags") or []) or a.get("why") or ""
+        return f": POST {r['url']} for {a.get('user')} -> HTTP {r['http_status']}, {a.get('status')}: {flags}"
     for key in ("headline", "summary"):
         if isinstance(r.get(key), str):
             return f": {r[key]}"
@@ -157,7 +184,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulate a month on the demo cluster, ingest it, run every stage, and summarise",
         description="The one command to see jobfit work: simulates a month of jobs (jobfit simulate) into "
         "--out, ingests every source with `jobfit ingest`'s runners, then runs each later stage "
-        "(build, failures, waste, train, evaluate) and prints what it produced and where. "
+        "(build, failures, waste, train, evaluate, hooks export, and one request to jobfit serve) and "
+        "prints what it produced and where. "
         "Tables go to the configured warehouse. Progress on stderr.",
     )
     add_common(p, cluster=False)
@@ -224,9 +252,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         report.steps.append(
             _run_step(ctx, f"ingest {source}", argv, partial(runner.run, ctx, paths, cluster.name, **options))
         )
-    for name, stage, takes_month in STAGES:
-        argv = [name, "--cluster", cluster.name, *(["--month", month] if takes_month else [])]
-        report.steps.append(_run_step(ctx, name, argv, partial(stage, ctx, cluster.name, month)))
+    for name, stage, rest in STAGES:
+        argv = [*name.split(), "--cluster", cluster.name, *(a.format(month=month, out=out) for a in rest)]
+        report.steps.append(_run_step(ctx, name, argv, partial(stage, ctx, cluster.name, month, out)))
     report.tables = _table_counts(ctx)
     report.seconds = round(time.monotonic() - started, 1)
     ctx.emit(report.as_dict(), as_json=args.json, text=report.text())

@@ -10,34 +10,14 @@ from jobs.commands import add_common, require
 from jobs.context import Context, UsageError
 from jobs.io.tables import read_table
 from jobs.stages.failures import diagnose, failures_summary
+from pipelines.schemas import GOLD_FAILURES
 
-# The columns `--job` shows (and returns with --json), in this order: a chosen subset of gold.failures'
-# columns (GOLD_FAILURES.columns) in display order, not the table's columns.
-JOB_FIELDS = (
-    "cluster",
-    "job_id",
-    "month",
-    "user",
-    "state",
-    "exit_code",
-    "exit_signal",
-    "elapsed_s",
-    "timelimit_s",
-    "node_list",
-    "gpus",
-    "gpu_model",
-    "cause",
-    "detail",
-    "user_fixable",
-    "confidence",
-    "primary_source",
-    "rule",
-    "evidence",
-    "suggested_fix",
-    "xid",
-    "lost_gpu_hours",
-    "lost_core_hours",
-    "lost_usd",
+# The gold.failures columns `--job` shows (and returns with --json), in the table's order: all but the
+# grouping and bookkeeping ones.
+JOB_FIELDS = tuple(
+    c
+    for c in GOLD_FAILURES.columns
+    if c not in ("account", "partition", "end_ts", "cpus", "has_log", "has_telemetry", "built_at")
 )
 
 

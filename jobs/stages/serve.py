@@ -28,3 +28,47 @@ def load_state(ctx: Context, clusters: Sequence[str]) -> ServingState:
         rows = len(frame) if frame is not None else 0
         ctx.progress(f"{cluster}: {versions}; history snapshot {rows} rows")
     return ServingState(clusters=loaded, loaded_at=str(ctx.now()))
+
+
+def ask_once(ctx: Context, cluster: str, request: dict[str, object]) -> dict[str, object]:
+    """Start the server on a free loopback port, POST one /v1/recommend as a submit hook would, stop it:
+    the answer a hook gets (what `jobfit demo` shows)."""
+    import socket
+    import threading
+    import time
+
+    import httpx
+    import pandas as pd
+    import uvicorn
+
+    from models.serving.app import create_app
+    from models.serving.state import StateHolder
+
+    holder = StateHolder(loader=lambda: load_state(ctx, [cluster]))
+    holder.reload()
+    app = create_app(holder, clock=lambda: pd.Timestamp(ctx.now()))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError(f"jobfit serve did not start on 127.0.0.1:{port}")
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/v1/recommend"
+        response = httpx.post(url, json=request, timeout=30)
+        return {
+            "url": url,
+            "request": request,
+            "http_status": response.status_code,
+            "answer": response.json(),
+        }
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -13,6 +13,7 @@ from pipelines.gold.failures.patterns import EVIDENCE_CHARS, IMAGE_PULL, LOG_PAT
 from pipelines.gold.failures.rules import with_rule
 from pipelines.gold.failures.taxonomy import CAUSES, DIAGNOSED_STATES
 from pipelines.gold.failures.xid import SYSTEM_FAULT_XIDS
+from pipelines.schemas import GOLD_FAILURES
 from pipelines.units import GIB
 
 # Telemetry Xids count when seen from the job's start to this long after its end (the driver logs late).
@@ -271,36 +272,7 @@ def diagnose_failures(
         )
         .withColumn("built_at", F.lit(built_at).cast("timestamp"))
     )
+    renamed = {"gpus": "alloc_gpus", "cpus": "alloc_cpus"}  # gold.failures column <- working column
     return _with_losses(df, cluster).select(
-        "cluster",
-        "job_id",
-        "month",
-        "user",
-        "account",
-        "partition",
-        "state",
-        "exit_code",
-        "exit_signal",
-        "end_ts",
-        "elapsed_s",
-        "timelimit_s",
-        "node_list",
-        "gpu_model",
-        F.col("alloc_gpus").alias("gpus"),
-        F.col("alloc_cpus").alias("cpus"),
-        "cause",
-        "detail",
-        "user_fixable",
-        "confidence",
-        "primary_source",
-        "rule",
-        "evidence",
-        "suggested_fix",
-        "xid",
-        "has_log",
-        "has_telemetry",
-        "lost_gpu_hours",
-        "lost_core_hours",
-        "lost_usd",
-        "built_at",
+        *[F.col(renamed.get(c, c)).alias(c) for c in GOLD_FAILURES.columns]
     )
