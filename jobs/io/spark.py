@@ -34,7 +34,7 @@ _QUIET_CONF = {
 
 # `make setup` fetches the Delta jars into the checkout: a relative `spark.jars_dir` is read from there, so
 # `jobfit` works from any working directory (the warehouse and MLflow store stay relative to it).
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]  # jobs/io/spark.py -> the checkout
 
 
 def delta_jars(jars_dir: str) -> list[str]:
