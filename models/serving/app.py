@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -18,8 +19,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from models.serving.answer import recommendation
 from models.serving.job import job_info
+from models.serving.k8s import PodAsk, admission_response
 from models.serving.metrics import Metrics
 from models.serving.schemas import (
+    AdmissionReview,
     ClusterReadiness,
     ErrorResponse,
     Health,
@@ -31,9 +34,20 @@ from models.serving.schemas import (
 from models.serving.state import ServingState, StateHolder
 
 MAX_BODY_BYTES = 1024 * 1024
+MUTATE_PATHS = ("/v1/k8s/mutate", "/v1/k8s/mutate/enforce")  # advise, enforce (docs/serve.md)
 ENDPOINTS = frozenset(
-    {"/v1/recommend", "/healthz", "/readyz", "/metrics", "/admin/reload", "/openapi.json", "/docs"}
+    {
+        "/v1/recommend",
+        *MUTATE_PATHS,
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/admin/reload",
+        "/openapi.json",
+        "/docs",
+    }
 )
+JSON_PATHS = frozenset({"/v1/recommend", *MUTATE_PATHS})
 OPEN_PATHS = frozenset({"/healthz"})
 log = logging.getLogger("jobfit.serve")
 
@@ -56,8 +70,10 @@ def create_app(
     token: str | None = None,
     clock: Callable[[], pd.Timestamp] = lambda: pd.Timestamp.now("UTC").tz_localize(None),
     max_body_bytes: int = MAX_BODY_BYTES,
+    k8s_cluster: str | None = None,
 ) -> Any:
-    """The ASGI app: FastAPI routes wrapped in the gate (token, body limit, metrics)."""
+    """The ASGI app: FastAPI routes wrapped in the gate (token, body limit, metrics). The Kubernetes
+    webhook answers for `k8s_cluster` (default: the first served cluster)."""
     metrics = Metrics()
     app = FastAPI(
         title="jobfit serve",
@@ -96,6 +112,29 @@ def create_app(
             answer["status"],
         )
         return answer
+
+    def mutate(review: AdmissionReview, mode: str) -> dict[str, Any]:
+        state = holder.state
+        served = next(iter(state.clusters), None) if state else None
+        cluster = k8s_cluster or served or "none"
+
+        def recommend(ask: PodAsk) -> dict[str, Any]:
+            body = _pod_request(cluster, ask)
+            return _answer(state, body, job_info(body), clock())
+
+        answer = admission_response(review.model_dump(by_alias=True), mode, recommend)
+        log.info("k8s mutate mode=%s cluster=%s uid=%s", mode, cluster, review.request.uid[:64])
+        return answer
+
+    @app.post("/v1/k8s/mutate", responses=_ERRORS)
+    def k8s_advise(body: AdmissionReview) -> dict[str, Any]:
+        """Kubernetes AdmissionReview v1 (Pod or Job): always allowed; warnings and an annotation."""
+        return mutate(body, "advise")
+
+    @app.post("/v1/k8s/mutate/enforce", responses=_ERRORS)
+    def k8s_enforce(body: AdmissionReview) -> dict[str, Any]:
+        """As /v1/k8s/mutate, plus a JSONPatch lowering the main containers' requests to the advice."""
+        return mutate(body, "enforce")
 
     @app.get("/healthz", response_model=Health)
     def healthz() -> Health:
@@ -156,6 +195,18 @@ def _answer(
         cluster.history(body.user),
         cluster.source,
         cluster.gpu_mem_bytes,
+    )
+
+
+def _pod_request(cluster: str, ask: PodAsk) -> RecommendRequest:
+    """The `/v1/recommend` request a pod's ask stands for (CPU rounded up to whole cores, memory in MiB)."""
+    return RecommendRequest(
+        cluster=cluster,
+        user=ask.user,
+        job_name=ask.name[:200],
+        cpus_per_task=min(max(math.ceil(ask.cpu_cores), 1), 10_000) if ask.cpu_cores else None,
+        mem_per_node=f"{max(math.ceil(ask.mem_bytes / 1024**2), 1)}M" if ask.mem_bytes else None,
+        gres=f"gpu:{min(ask.gpus, 64)}" if ask.gpus else None,
     )
 
 
@@ -234,7 +285,7 @@ class _Gate:
             if body is None:
                 await _send_json(counted_send, 413, f"request body over {self.max_body_bytes} bytes")
                 return
-            if path == "/v1/recommend":  # hooks post JSON with whatever Content-Type their client sets
+            if path in JSON_PATHS:  # hooks post JSON with whatever Content-Type their client sets
                 scope = _as_json(scope)
             await self.app(scope, _replay(body, receive), counted_send)
         finally:

@@ -107,3 +107,24 @@ class ReloadResult(Readiness):
     """The readiness after a reload, and how long the reload took."""
 
     reload_s: float
+
+
+class AdmissionRequest(BaseModel):
+    """The part of an AdmissionReview request the webhook reads (other fields are kept, not checked)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    uid: str = Field(min_length=1, max_length=128)
+    kind: dict[str, Any] | None = None
+    namespace: str | None = Field(None, max_length=253)
+    object: dict[str, Any] | None = None
+
+
+class AdmissionReview(BaseModel):
+    """A Kubernetes `admission.k8s.io/v1` AdmissionReview as the API server posts it."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    api_version: str = Field(alias="apiVersion", pattern=r"^admission\.k8s\.io/v1$")
+    kind: str = Field(pattern=r"^AdmissionReview$")
+    request: AdmissionRequest

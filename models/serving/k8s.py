@@ -1,0 +1,195 @@
+"""The Kubernetes mutating admission webhook (pure): an AdmissionReview v1 for a Pod or a Job in, the
+AdmissionReview response out. Always `allowed: true` (admission fails open); `advise` adds warnings and a
+`jobfit.io/recommendation` annotation, `enforce` also lowers the main containers' requests (docs/serve.md)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.silver.k8s import cpu_cores, memory_bytes
+
+MODES = ("advise", "enforce")
+USER_LABEL = "jobfit.io/user"  # pod label naming whose history to use (else the namespace)
+LIMITS_ANNOTATION = "jobfit.io/set-limits"  # "true": enforce also sets limits that exist
+RECOMMENDATION_ANNOTATION = "jobfit.io/recommendation"
+MAX_WARNING_CHARS = 119  # the API server truncates warnings at 120 characters
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class PodAsk:
+    """What a pod's main containers ask for together: CPU in cores, memory in bytes, GPUs (None: unset)."""
+
+    name: str
+    user: str
+    cpu_cores: float | None
+    mem_bytes: int | None
+    gpus: int
+
+
+Recommend = Callable[[PodAsk], dict[str, Any]]
+
+
+def admission_response(review: dict[str, Any], mode: str, recommend: Recommend) -> dict[str, Any]:
+    """The AdmissionReview answer for `review` (uid echoed, always allowed). `recommend` turns the pod's ask
+    into a `/v1/recommend` answer; any error inside gives allowed with no patch and a warning."""
+    uid = str(review["request"]["uid"])
+    try:
+        response = _mutation(review["request"], mode, recommend)
+    except Exception as exc:  # fail open: a webhook error must never block a pod
+        response = {"warnings": [_short(f"jobfit: no advice ({type(exc).__name__})")]}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": uid, "allowed": True, **response},
+    }
+
+
+def _mutation(request: dict[str, Any], mode: str, recommend: Recommend) -> dict[str, Any]:
+    """Warnings and the JSONPatch for one Pod or Job (the Job's pod template)."""
+    obj = request.get("object") or {}
+    kind = (request.get("kind") or {}).get("kind") or obj.get("kind") or "Pod"
+    if kind not in ("Pod", "Job"):
+        return {"warnings": [_short(f"jobfit: {kind} is not a Pod or Job; nothing to advise")]}
+    prefix = "/spec/template" if kind == "Job" else ""
+    spec = obj["spec"]["template"]["spec"] if kind == "Job" else obj["spec"]
+    meta = obj.get("metadata") or {}
+    pod_meta = (obj["spec"]["template"].get("metadata") or {}) if kind == "Job" else meta
+    containers = spec.get("containers") or []  # init and sidecar containers are left alone
+    labels = pod_meta.get("labels") or {}
+    ask = PodAsk(
+        name=str(meta.get("name") or meta.get("generateName") or "pod"),
+        user=str(labels.get(USER_LABEL) or request.get("namespace") or meta.get("namespace") or "default"),
+        cpu_cores=_sum(containers, "cpu"),
+        mem_bytes=_mem_sum(containers),
+        gpus=int(sum(_gpus(c) for c in containers)),
+    )
+    answer = recommend(ask)
+    cpu_m, mem_mib = _recommended(answer)
+    note = {"status": answer.get("status"), "cluster": answer.get("cluster"), "user": ask.user, "mode": mode}
+    note |= {"cpu": f"{cpu_m}m" if cpu_m else None, "memory": f"{mem_mib}Mi" if mem_mib else None}
+    if answer.get("status") != "ok":
+        note["why"] = str(answer.get("why") or "")[:300]
+    patch = _annotation_patch(meta, note)
+    warnings = _warnings(ask, answer.get("status"), cpu_m, mem_mib, answer.get("why"))
+    if mode == "enforce" and (cpu_m or mem_mib):
+        set_limits = (pod_meta.get("annotations") or {}).get(LIMITS_ANNOTATION) == "true"
+        shares = _shares(containers, cpu_m, mem_mib)
+        for i, (container, share) in enumerate(zip(containers, shares, strict=True)):
+            patch += _container_patch(f"{prefix}/spec/containers/{i}", container, share, set_limits)
+        warnings.append(
+            _short(f"jobfit: enforce mode applied to {len(containers)} container(s) (requests never raised)")
+        )
+    out: dict[str, Any] = {"warnings": warnings}
+    if patch:
+        out |= {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(patch).encode()).decode()}
+    return out
+
+
+def _requests(container: dict[str, Any]) -> dict[str, Any]:
+    """A container's requests, each defaulting to its limit (as Kubernetes defaults them)."""
+    res = container.get("resources") or {}
+    return {**(res.get("limits") or {}), **(res.get("requests") or {})}
+
+
+def _sum(containers: list[dict[str, Any]], resource: str) -> float | None:
+    """Summed CPU request in cores over the containers (None when none asks)."""
+    asks = [cpu_cores(_requests(c)[resource]) for c in containers if resource in _requests(c)]
+    return sum(asks) if asks else None
+
+
+def _mem_sum(containers: list[dict[str, Any]]) -> int | None:
+    """Summed memory request in bytes over the containers (None when none asks)."""
+    asks = [memory_bytes(_requests(c)["memory"]) for c in containers if "memory" in _requests(c)]
+    return sum(asks) if asks else None
+
+
+def _gpus(container: dict[str, Any]) -> float:
+    res = container.get("resources") or {}
+    return cpu_cores((res.get("limits") or {}).get("nvidia.com/gpu", 0))
+
+
+def _recommended(answer: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The recommended pod CPU in millicores and memory in MiB (rounded up; None where not ok)."""
+    targets = answer.get("targets") or {}
+    cpus = (targets.get("cpus") or {}).get("recommended_cpus")
+    mem = (targets.get("mem") or {}).get("recommended_bytes")
+    cpu_m = max(math.ceil(float(cpus) * 1000), 1) if cpus else None
+    mem_mib = max(math.ceil(float(mem) / MIB), 1) if mem else None
+    return cpu_m, mem_mib
+
+
+def _warnings(ask: PodAsk, status: object, cpu_m: int | None, mem_mib: int | None, why: object) -> list[str]:
+    """One short line per finding, each under 120 characters."""
+    if status != "ok":
+        return [_short(f"jobfit: no advice for user {ask.user} ({status}): {why or ''}")]
+    out = []
+    if mem_mib:
+        asked = f"{math.ceil(ask.mem_bytes / MIB)}Mi" if ask.mem_bytes else "no memory"
+        out.append(_short(f"jobfit: pod asks {asked}; recommended memory request {mem_mib}Mi"))
+    if cpu_m:
+        asked = f"{math.ceil(ask.cpu_cores * 1000)}m" if ask.cpu_cores else "no cpu"
+        out.append(_short(f"jobfit: pod asks {asked}; recommended cpu request {cpu_m}m"))
+    return out or [_short("jobfit: no cpu or memory advice for this pod")]
+
+
+def _short(text: str) -> str:
+    """One line under 120 characters (the API server truncates longer warnings)."""
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_WARNING_CHARS else line[: MAX_WARNING_CHARS - 3] + "..."
+
+
+def _annotation_patch(meta: dict[str, Any], note: dict[str, Any]) -> list[dict[str, Any]]:
+    """JSONPatch ops adding the recommendation annotation to the object's own metadata."""
+    value = json.dumps(note, separators=(",", ":"), sort_keys=True)
+    if "annotations" in meta and meta["annotations"] is not None:
+        key = RECOMMENDATION_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        return [{"op": "add", "path": f"/metadata/annotations/{key}", "value": value}]
+    if meta:
+        return [{"op": "add", "path": "/metadata/annotations", "value": {RECOMMENDATION_ANNOTATION: value}}]
+    return [{"op": "add", "path": "/metadata", "value": {"annotations": {RECOMMENDATION_ANNOTATION: value}}}]
+
+
+def _shares(containers: list[dict[str, Any]], cpu_m: int | None, mem_mib: int | None) -> list[dict[str, str]]:
+    """The pod recommendation split over the main containers in proportion to what each asks (evenly
+    when none asks), as Kubernetes quantities (`cpu` in millicores, `memory` in MiB)."""
+    shares: list[dict[str, str]] = [{} for _ in containers]
+    for resource, total, unit, parse in (
+        ("cpu", cpu_m, "m", lambda q: cpu_cores(q) * 1000),
+        ("memory", mem_mib, "Mi", lambda q: memory_bytes(q) / MIB),
+    ):
+        if not total:
+            continue
+        asks = [parse(_requests(c)[resource]) if resource in _requests(c) else 0.0 for c in containers]
+        weights = asks if sum(asks) > 0 else [1.0] * len(containers)
+        for share, weight in zip(shares, weights, strict=True):
+            share[resource] = f"{max(math.ceil(total * weight / sum(weights)), 1)}{unit}"
+    return shares
+
+
+def _container_patch(
+    path: str, container: dict[str, Any], share: dict[str, str], set_limits: bool
+) -> list[dict[str, Any]]:
+    """Ops that set a container's requests to its share, never above what it asked; limits only where it
+    has none for that resource, or where the pod asked for them (then never above the old limit)."""
+    res = container.get("resources") or {}
+    asked = _requests(container)
+    old_limits = res.get("limits") or {}
+    requests = dict(res.get("requests") or {})
+    limits = dict(old_limits)
+    for resource, value in share.items():
+        amount = memory_bytes if resource == "memory" else cpu_cores
+        if resource in asked and amount(asked[resource]) < amount(value):
+            value = str(asked[resource])  # never raise a request
+        requests[resource] = value
+        lowers_limit = set_limits and resource in old_limits and amount(value) < amount(old_limits[resource])
+        if resource not in old_limits or lowers_limit:
+            limits[resource] = value
+    new = {**res, "requests": requests, "limits": limits}
+    op = "replace" if "resources" in container else "add"
+    return [{"op": op, "path": f"{path}/resources", "value": new}] if new != res else []
