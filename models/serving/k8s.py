@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.silver.k8s import cpu_cores, memory_bytes
+from pipelines.units import MIB
 
 MODES = ("advise", "enforce")
 USER_LABEL = "jobfit.io/user"  # pod label naming whose history to use (else the namespace)
 LIMITS_ANNOTATION = "jobfit.io/set-limits"  # "true": enforce also sets limits that exist
 RECOMMENDATION_ANNOTATION = "jobfit.io/recommendation"
 MAX_WARNING_CHARS = 119  # the API server truncates warnings at 120 characters
-MIB = 1024**2
 
 
 @dataclass(frozen=True)
