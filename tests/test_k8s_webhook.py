@@ -6,11 +6,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +19,7 @@ from fastapi.testclient import TestClient
 from models.serving.app import create_app
 from models.serving.k8s import RECOMMENDATION_ANNOTATION, PodAsk, admission_response
 from models.serving.state import ServingState, StateHolder, cluster_state
+from tests.servers import jobfit_serve
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1024**3
@@ -261,30 +257,10 @@ def test_manifests_parse_and_configure_the_webhook_safely() -> None:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`jobfit serve --cluster edge,other` on a free port over an empty MLflow store (no champions)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
     store = tmp_path_factory.mktemp("empty-mlflow")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")}
-    env |= {"JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
-    cmd = [sys.executable, "-m", "jobs.cli", "serve", "--cluster", "edge,other", "--port", str(port)]
-    log = store / "stderr.txt"
-    with log.open("w") as err:  # a file, not a pipe: a full pipe would stall the server
-        process = subprocess.Popen(cmd, cwd=store, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-    else:
-        process.kill()
-        pytest.fail(f"jobfit serve did not start: {log.read_text()[-2000:]}")
-    yield url
-    process.terminate()
-    process.wait(timeout=20)
+    env = {"JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
+    with jobfit_serve("edge,other", env, store, store / "stderr.txt") as (url, _):
+        yield url
 
 
 def test_real_server_answers_for_the_first_cluster(live: str, real_data: Path) -> None:

@@ -3,10 +3,7 @@ loopback port) answering from champions registered in a tmp MLflow store, withou
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +23,7 @@ from jobs.context import Context
 from jobs.io.prediction import gpu_memory_bytes
 from models.train import TrainParams, train_target
 from tests.predict_data import synthetic_cluster
+from tests.servers import jobfit_serve
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "t0ken-for-tests"
@@ -51,7 +49,7 @@ class Store:
 class Server:
     url: str
     store: Store
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
     stderr: Path
 
 
@@ -83,37 +81,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return result
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    port = _free_port()
     stderr = tmp_path_factory.mktemp("serve-log") / "stderr.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")}
-    env |= {"JOBFIT_MLFLOW__TRACKING_URI": store.tracking_uri, "JOBFIT_SERVE_TOKEN": TOKEN}
-    cmd = [sys.executable, "-m", "jobs.cli", "serve", "--cluster", "demo,ghost", "--port", str(port)]
-    with stderr.open("w") as err:
-        process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"jobfit serve exited {process.returncode}: {stderr.read_text()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-    else:
-        process.kill()
-        pytest.fail(f"jobfit serve did not start: {stderr.read_text()}")
-    yield Server(url, store, process, stderr)
-    process.terminate()
-    process.wait(timeout=20)
+    env = {"JOBFIT_MLFLOW__TRACKING_URI": store.tracking_uri, "JOBFIT_SERVE_TOKEN": TOKEN}
+    with jobfit_serve("demo,ghost", env, REPO, stderr) as (url, process):
+        yield Server(url, store, process, stderr)
 
 
 def _post(server: Server, body: object, **kwargs: object) -> httpx.Response:

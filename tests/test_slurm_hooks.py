@@ -6,7 +6,6 @@ import hashlib
 import http.server
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from models.hooks import ANY_SCRIPT, CacheEntry, format_cache
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = shutil.which("lua5.4")
@@ -220,12 +220,6 @@ ANSWER = {
     "targets": {"mem": {"status": "ok", "model_version": "3", "flag": "--mem=20G"}},
     "expected_saving": {"core_h": 12.0, "gib_h": 44.0, "gpu_h": None, "reserved_h": 11.0, "usd": 1.25},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
