@@ -55,13 +55,13 @@ def _read_script(path: str) -> str:
 
 
 def user_history(
-    ctx: Context, client: MlflowClient, cluster: str, user: str, fresh: bool
+    ctx: Context, client: MlflowClient, cluster: str, user: str, fresh: bool, gpu_mem: dict[str, float]
 ) -> tuple[pd.DataFrame, dict[str, object]]:
-    """The user's finished jobs on the cluster (targets computed) and where they came from: the newest
-    snapshot `jobfit train` logged, or silver.jobs when `fresh` or when there is no snapshot."""
+    """The user's finished jobs on the cluster (targets computed with `gpu_mem`, GPU model -> bytes) and
+    where they came from: the newest snapshot `jobfit train` logged, or silver.jobs when `fresh` or when
+    there is no snapshot."""
     from jobs.io.registry import load_history_snapshot
 
-    gpu_mem = gpu_memory_bytes(ctx.cluster_config(cluster)[0])
     snapshot = None if fresh else load_history_snapshot(client, cluster)
     if snapshot is not None:
         frame, info = snapshot
@@ -87,18 +87,11 @@ def recommend(
         raise UsageError(
             f"no champion models for cluster {cluster!r} (run `jobfit train --cluster {cluster}`)"
         )
-    config = ctx.cluster_config(cluster)[0]
-    history, source = user_history(ctx, client, cluster, user, fresh_history)
+    config = ctx.cluster_config(cluster)[0]  # read once: a cluster without a yaml is said once
+    gpu_mem = gpu_memory_bytes(config)
+    history, source = user_history(ctx, client, cluster, user, fresh_history, gpu_mem)
     return recommendation(
-        info,
-        cluster,
-        user,
-        pd.Timestamp(ctx.now()),
-        config,
-        champions,
-        history,
-        source,
-        gpu_memory_bytes(config),
+        info, cluster, user, pd.Timestamp(ctx.now()), config, champions, history, source, gpu_mem
     )
 
 
