@@ -298,7 +298,7 @@ def profile(store: Store, mix: list[dict[str, object]], calls: int) -> None:
             SUBMIT_TS,
             state.config,
             state.champions,
-            state.history(request.user),
+            state.history,
             {"source": "snapshot"},
             state.gpu_mem_bytes,
         )

@@ -46,27 +46,6 @@ def history_stats(history: pd.DataFrame, values: list[str], code: np.ndarray) ->
     return out.drop_duplicates(["_code", "_end"], keep="last")
 
 
-def _final_state(rows: pd.DataFrame, values: list[str], code: int) -> pd.DataFrame:
-    """`history_stats`' row for the state after the last of `rows` (one group, not empty) ended, computed
-    directly: O(n) instead of the running statistics over every prefix."""
-    order = np.argsort(rows["end_ts"].to_numpy(), kind="mergesort")
-    out: dict[str, object] = {"_code": code, "_end": rows["end_ts"].to_numpy()[order][-1], "n": len(rows)}
-    for value in values:
-        col = np.log(rows[value].astype("float64").clip(lower=1e-9).to_numpy()[order])
-        series = pd.Series(col)
-        mean = float(col.mean())
-        out[f"{value}_last"] = col[-1]
-        out[f"{value}_last2"] = np.log((np.exp(col[-1]) + np.exp(col[-2])) / 2) if len(col) > 1 else col[-1]
-        out[f"{value}_mean"] = mean
-        for q in (50, 90, 95):
-            out[f"{value}_p{q}"] = float(series.quantile(q / 100))
-        out[f"{value}_max"] = float(col.max())
-        out[f"{value}_trend"] = col[-1] - mean
-    frame = pd.DataFrame([out])
-    frame["_end"] = frame["_end"].astype(rows["end_ts"].dtype)
-    return frame
-
-
 def with_history(
     history: pd.DataFrame, queries: pd.DataFrame, keys: list[str], values: list[str], prefix: str
 ) -> pd.DataFrame:
@@ -76,18 +55,7 @@ def with_history(
     `history` needs `end_ts` (no nulls), the key columns and the value columns (positive, no nulls);
     `queries` needs `submit_ts` and the key columns. A group with no ended job gets n = 0 and nulls."""
     hist_code, query_code = _group_codes(history, queries, keys)
-    if len(queries) == 1:
-        # One query (`jobfit recommend`): only the state after its group's last visible job matters.
-        ended = (history["end_ts"] < queries["submit_ts"].iloc[0]).to_numpy()
-        visible = (hist_code == query_code[0]) & ended
-        rows = history[visible]
-        stats = (
-            _final_state(rows, values, int(query_code[0]))
-            if len(rows)
-            else history_stats(rows, values, hist_code[visible])
-        )
-    else:
-        stats = history_stats(history, values, hist_code)
+    stats = history_stats(history, values, hist_code)
     stats = stats.sort_values("_end", kind="mergesort")
     left = pd.DataFrame(
         {"_code": query_code, "_submit": queries["submit_ts"].to_numpy(), "_row": np.arange(len(queries))}
@@ -109,3 +77,28 @@ def with_history(
         for stat in ("last", "last2", "p50", "p90", "p95", "max", "trend"):
             result[f"{prefix}_{value}_{stat}"] = joined[f"{value}_{stat}"].to_numpy()
     return result
+
+
+def final_states(
+    history: pd.DataFrame, keys: list[str], values: list[str]
+) -> dict[tuple[str, ...], tuple[int, pd.Timestamp, dict[str, float]]]:
+    """Per group (key tuple, null keys as "\\x00"): its jobs, the end of its last job, and each value's
+    last/last2/p50/p90/p95/max/trend (`<value>_<stat>`) after that job: what `with_history` gives a query
+    submitted after every job of the group ended, computed once for all groups."""
+    if not len(history):
+        return {}
+    names = history[keys].astype("string").fillna("\x00")
+    code = names.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    stats = history_stats(history, values, code).groupby("_code", sort=False).tail(1)
+    first = pd.DataFrame({"_code": code}).drop_duplicates("_code").index.to_numpy()
+    rows = names.to_numpy(dtype=object)
+    key_of = {int(code[i]): tuple(str(v) for v in rows[i]) for i in first}
+    columns = [f"{v}_{s}" for v in values for s in ("last", "last2", "p50", "p90", "p95", "max", "trend")]
+    out = {}
+    for row in stats[["_code", "_end", "n", *columns]].itertuples(index=False):
+        out[key_of[int(row[0])]] = (
+            int(row[2]),
+            pd.Timestamp(row[1]),
+            dict(zip(columns, map(float, row[3:]), strict=True)),
+        )
+    return out

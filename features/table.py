@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,6 +133,35 @@ def with_request_features(jobs: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def request_values(job: Mapping[str, object]) -> dict[str, float]:
+    """One job's request and calendar features, as `with_request_features` computes them for a frame
+    (the request path's engine: a submit hook's query is one row)."""
+    cpus, mem = _float(job.get("req_cpus")), _float(job.get("req_mem_bytes"))
+    submit = pd.Timestamp(job["submit_ts"])  # type: ignore[arg-type]
+    with np.errstate(divide="ignore", invalid="ignore"):  # as pandas divides: x/0 is inf, 0/0 NaN
+        per_cpu = float(np.float64(mem) / np.float64(cpus))
+    return {
+        "req_cpus_f": cpus,
+        "req_mem_log": _log_one(mem),
+        "req_mem_per_cpu_log": _log_one(per_cpu),
+        "req_gpus_f": _float(job.get("req_gpus")),
+        "timelimit_log": _log_one(_float(job.get("timelimit_s"))),
+        "nodes_f": _float(job.get("nodes")),
+        "ntasks_f": _float(job.get("ntasks")),
+        "submit_hour": float(submit.hour),
+        "submit_dow": float(submit.dayofweek),
+    }
+
+
+def _float(value: object) -> float:
+    """A value as float64 (NaN for None, NA and NaN)."""
+    return math.nan if value is None or value is pd.NA else float(value)  # type: ignore[arg-type]
+
+
+def _log_one(value: float) -> float:
+    return float(np.log(np.float64(value))) if value > 0 else math.nan
+
+
 def filter_usable(jobs: pd.DataFrame) -> pd.DataFrame:
     """Jobs that ran and finished, with submit and end times: what history and training can use."""
     keep = (
@@ -154,7 +185,7 @@ def history_value_columns() -> list[str]:
     return [f"{t}_hist" for t in TARGETS] + [f"{t}_ratio" for t in TARGETS]
 
 
-def _with_history_values(df: pd.DataFrame) -> pd.DataFrame:
+def with_history_values(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for name, spec in TARGETS.items():
         # A job without this measurement contributes a neutral 1 (log 0); its count still matters.
@@ -169,7 +200,7 @@ def history_features(history: pd.DataFrame, queries: pd.DataFrame) -> pd.DataFra
 
     `history` is a frame from `with_targets` + `with_script_key` (finished jobs); queries need
     `submit_ts`, `user` and `script_key`. Only jobs that ended before a query's submit time count."""
-    values = _with_history_values(history)
+    values = with_history_values(history)
     out = queries
     for prefix, keys in HISTORY_GROUPS.items():
         out = with_history(values, out, keys, history_value_columns(), prefix)

@@ -93,7 +93,7 @@ def cache_entries(
     entries = []
     for i, (user, key) in enumerate(keys.itertuples(index=False)):
         values = {t: float(v[i]) for t, v in predicted.items() if t != "vram" or has_gpu[i]}
-        answer = assemble(table.iloc[[i]], values, cluster)["targets"]
+        answer = assemble(table.iloc[i], values, cluster)["targets"]
         gpu = answer.get("vram", {}).get("gpu") if "vram" in answer else None  # type: ignore[union-attr]
         name = (gpu or {}).get("mig_profile") or (gpu or {}).get("gpu_model")
         entries.append(

@@ -64,7 +64,7 @@ def met_probability(class_probs: np.ndarray) -> np.ndarray:
 
 def _raw_weight(table: pd.DataFrame, spec: TargetSpec) -> np.ndarray:
     column = "cpus_req" if spec.weight == "cpus_alloc" else "runtime_req_s"
-    return table[column].to_numpy(dtype="float64")
+    return np.asarray(table[column], dtype="float64")  # a frame's column, or a one-row table's array
 
 
 def default_weight(table: pd.DataFrame, spec: TargetSpec) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -61,10 +62,10 @@ def choose_gpu(vram_per_gpu_bytes: float, cluster: ClusterConfig | None) -> dict
     return {"gpu_model": model, "mig_profile": profile, "memory_gib": round(memory_bytes / GIB, 2)}
 
 
-def query_row(
+def query_values(
     info: object, user: str, submit_ts: pd.Timestamp, gpu_mem_bytes: dict[str, float] | None = None
-) -> pd.DataFrame:
-    """A one-row silver.jobs-like frame for a script about to be submitted (from a ScriptInfo), with the
+) -> dict[str, object]:
+    """A silver.jobs-like row (as a dict) for a script about to be submitted (from a ScriptInfo), with the
     per-target request columns the recommendation is capped at (`mem_req_bytes`, `cpus_req`, ...)."""
     directives = getattr(info, "directives_json", None) or "{}"
     try:
@@ -77,33 +78,36 @@ def query_row(
     req_cpus = (cpus_per_task or 1) * (ntasks or 1) if (cpus_per_task or ntasks) else None
     gpus = getattr(info, "req_gpus", None)
     per_gpu = (gpu_mem_bytes or {}).get(getattr(info, "gpu_type", None) or "")
-    return pd.DataFrame(
-        [
-            {
-                "mem_req_bytes": getattr(info, "req_mem_bytes", None),
-                "cpus_req": req_cpus,
-                "runtime_req_s": getattr(info, "timelimit_s", None),
-                "vram_req_bytes": gpus * per_gpu if gpus and per_gpu else None,
-                "cluster": None,
-                "job_id": "query",
-                "user": user,
-                "account": None,
-                "partition": getattr(info, "partition", None),
-                "qos": None,
-                "job_name": job_name,
-                "submit_ts": submit_ts,
-                "req_cpus": req_cpus,
-                "req_mem_bytes": getattr(info, "req_mem_bytes", None),
-                "req_gpus": getattr(info, "req_gpus", None),
-                "timelimit_s": getattr(info, "timelimit_s", None),
-                "gpu_model": getattr(info, "gpu_type", None),
-                "nodes": getattr(info, "req_nodes", None),
-                "ntasks": ntasks,
-                "script_hash": info.script_hash,  # type: ignore[attr-defined]
-                "script_key": info.script_hash,  # type: ignore[attr-defined]
-            }
-        ]
-    )
+    return {
+        "mem_req_bytes": getattr(info, "req_mem_bytes", None),
+        "cpus_req": req_cpus,
+        "runtime_req_s": getattr(info, "timelimit_s", None),
+        "vram_req_bytes": gpus * per_gpu if gpus and per_gpu else None,
+        "cluster": None,
+        "job_id": "query",
+        "user": user,
+        "account": None,
+        "partition": getattr(info, "partition", None),
+        "qos": None,
+        "job_name": job_name,
+        "submit_ts": submit_ts,
+        "req_cpus": req_cpus,
+        "req_mem_bytes": getattr(info, "req_mem_bytes", None),
+        "req_gpus": getattr(info, "req_gpus", None),
+        "timelimit_s": getattr(info, "timelimit_s", None),
+        "gpu_model": getattr(info, "gpu_type", None),
+        "nodes": getattr(info, "req_nodes", None),
+        "ntasks": ntasks,
+        "script_hash": info.script_hash,  # type: ignore[attr-defined]
+        "script_key": info.script_hash,  # type: ignore[attr-defined]
+    }
+
+
+def query_row(
+    info: object, user: str, submit_ts: pd.Timestamp, gpu_mem_bytes: dict[str, float] | None = None
+) -> pd.DataFrame:
+    """`query_values` as a one-row frame (the batch engine: `jobfit hooks export`)."""
+    return pd.DataFrame([query_values(info, user, submit_ts, gpu_mem_bytes)])
 
 
 def with_query_features(queries: pd.DataFrame, scripts: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
@@ -113,13 +117,13 @@ def with_query_features(queries: pd.DataFrame, scripts: pd.DataFrame, history: p
 
 
 def assemble(
-    query: pd.DataFrame,
+    row: Mapping[str, object] | pd.Series,
     predictions: dict[str, float],
     cluster: ClusterConfig | None,
 ) -> dict[str, object]:
     """Flags and the expected saving per run from calibrated predictions (target -> value in its unit)
-    and the script's own request in `query` (one row). Targets absent from `predictions` get no flag."""
-    row = query.iloc[0]
+    and the script's own request in `row` (a query's values). Targets absent from `predictions` get no
+    flag."""
     req_cpus = _num(row["req_cpus"])
     req_mem = _num(row["req_mem_bytes"])
     req_gpus = _num(row["req_gpus"])
@@ -155,7 +159,7 @@ def _num(value: object) -> float | None:
 
 
 def expected_saving(
-    row: pd.Series,
+    row: Mapping[str, object] | pd.Series,
     predictions: dict[str, float],
     gpu: dict[str, object] | None,
     cluster: ClusterConfig | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -104,6 +105,45 @@ def time_split(table: pd.DataFrame, train_frac: float, cal_frac: float) -> Split
     return Split(train, cal, test, cal_start, test_start)
 
 
+class OneRow:
+    """One query's values (feature name -> value) seen as a one-row table by the predictor: `row[name]`
+    is a one-element float64 array (NaN for a missing or null value). The request path's table: it
+    skips building a pandas frame (ms) for a row the booster reads in microseconds."""
+
+    def __init__(self, values: Mapping[str, object]) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return 1
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.values
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return np.array([_float(self.values.get(name))])
+
+
+Table = pd.DataFrame | OneRow
+
+
+def _float(value: object) -> float:
+    """A feature value as float64 (NaN for None, NA, NaN and what is not a number)."""
+    try:
+        return math.nan if value is None or value is pd.NA else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _column(table: Table, name: str) -> np.ndarray:
+    """A column of a frame or a OneRow as float64 values."""
+    return np.asarray(table[name], dtype="float64")
+
+
+def _take(table: Table, rows: np.ndarray) -> Table:
+    """The rows of `table` where `rows` is true (a OneRow is taken whole: its one row is selected)."""
+    return table if isinstance(table, OneRow) or rows.all() else table[rows]
+
+
 @dataclass
 class Predictor:
     """One cluster's model for one target: embedding, booster, conformal log-offsets (one per calibration
@@ -134,6 +174,9 @@ class Predictor:
     weight_default: float = 1.0
     companion: Predictor | None = None
 
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_codes"}
+
     def __setstate__(self, state: dict[str, object]) -> None:
         # Predictors pickled before spreads, rounding and levels existed: one unscaled offset.
         defaults = {"spread": "none", "fallback": math.inf, "selection": {}, "kind": "quantile"}
@@ -157,22 +200,53 @@ class Predictor:
         emb = self.embedder.transform(table["script_text"])
         return pd.concat([frame, emb], axis=1)
 
-    def predict_raw(self, table: pd.DataFrame) -> np.ndarray:
+    def matrix(self, table: Table) -> np.ndarray:
+        """The booster's input as float64 (rows x features): the `design` columns with each category as
+        its index in the training categories (NaN unknown), as LightGBM encodes a pandas categorical."""
+        if isinstance(table, OneRow):
+            return self._row_matrix(table.values)
+        frame = self.design(table)
+        for col in self.categorical:
+            codes = frame[col].cat.codes.to_numpy(dtype="float64")
+            frame[col] = np.where(codes < 0, np.nan, codes)
+        return frame.to_numpy(dtype="float64")
+
+    def _row_matrix(self, values: Mapping[str, object]) -> np.ndarray:
+        codes = self.__dict__.get("_codes")
+        if codes is None:
+            codes = self.__dict__["_codes"] = {
+                col: {name: float(i) for i, name in enumerate(self.categories[col])}
+                for col in self.categorical
+            }
+        row = [_float(values.get(col)) for col in self.numeric]
+        for col in self.categorical:
+            value = values.get(col)
+            known = (
+                value is not None
+                and value is not pd.NA
+                and not (isinstance(value, float) and math.isnan(value))
+            )
+            row.append(codes[col].get(str(value), math.nan) if known else math.nan)
+        text = values.get("script_text")
+        embedding = self.embedder.transform_one(text if isinstance(text, str) else "")
+        return np.concatenate([np.array(row, dtype="float64"), embedding])[None, :]
+
+    def predict_raw(self, table: Table) -> np.ndarray:
         """The quantile model's estimate before calibration, at least the target's floor."""
         if len(table) == 0:
             return np.zeros(0)
-        raw = np.exp(self.booster.predict(self.design(table), num_threads=self.params.num_threads))
+        raw = np.exp(self.booster.predict(self.matrix(table), num_threads=self.params.num_threads))
         return np.maximum(raw, self.floor)
 
-    def scale(self, table: pd.DataFrame) -> np.ndarray:
+    def scale(self, table: Table) -> np.ndarray:
         """Each row's conformal score scale (1 without a spread)."""
         return score_scale(table, self.target, self.spread)
 
-    def class_probs(self, table: pd.DataFrame) -> np.ndarray:
+    def class_probs(self, table: Table) -> np.ndarray:
         """(rows x classes) probabilities of the fraction classes of models.levels (kind "levels")."""
-        return self.booster.predict(self.design(table), num_threads=self.params.num_threads)
+        return self.booster.predict(self.matrix(table), num_threads=self.params.num_threads)
 
-    def predict(self, table: pd.DataFrame) -> np.ndarray:
+    def predict(self, table: Table) -> np.ndarray:
         """The calibrated recommendation: raw x exp(offset x the row's score scale), rounded up to the
         target's step (whole CPUs, 256 MiB, minutes), at most the job's own request where it states one
         (the calibration assumed both). When the calibration slice was too small: the request (or,
@@ -197,16 +271,16 @@ class Predictor:
             np.isfinite(request), request, round_up(np.array(self.fallback), TARGETS[self.target].step)
         )
 
-    def _predict_levels(self, table: pd.DataFrame) -> np.ndarray:
+    def _predict_levels(self, table: Table) -> np.ndarray:
         spec = TARGETS[self.target]
         request = _request(table, spec)
         has = _states_request(request)
         out = np.empty(len(table))
         if (~has).any():
             assert self.companion is not None, "a levels predictor answers request-less jobs by its companion"
-            out[~has] = self.companion.predict(table[~has])
+            out[~has] = self.companion.predict(_take(table, ~has))
         if has.any():
-            part, asked = table[has], request[has]
+            part, asked = _take(table, has), request[has]
             out[has] = choose(
                 candidate_levels(asked, spec),
                 met_probability(self.class_probs(part)),
@@ -225,10 +299,10 @@ class Predictor:
         return float((math.exp(self.offset_log) - 1) * 100)
 
 
-def _request(table: pd.DataFrame, spec: TargetSpec) -> np.ndarray:
+def _request(table: Table, spec: TargetSpec) -> np.ndarray:
     if spec.request not in table:
         return np.full(len(table), np.nan)
-    return table[spec.request].to_numpy(dtype="float64")
+    return _column(table, spec.request)
 
 
 def _states_request(request: np.ndarray) -> np.ndarray:
@@ -236,12 +310,12 @@ def _states_request(request: np.ndarray) -> np.ndarray:
     return np.isfinite(request) & (request > 0)
 
 
-def score_scale(table: pd.DataFrame, target: str, spread: str) -> np.ndarray:
+def score_scale(table: Table, target: str, spread: str) -> np.ndarray:
     """Per-row divisor of the conformal score: 1 for "none"; for "history" the user's p90 - p50 of the
     log need before submit + 0.1 (5.1 for a user without history)."""
     if spread == "none":
         return np.ones(len(table))
-    width = (table[f"u_{target}_hist_p90"] - table[f"u_{target}_hist_p50"]).to_numpy(dtype="float64")
+    width = _column(table, f"u_{target}_hist_p90") - _column(table, f"u_{target}_hist_p50")
     return np.where(np.isfinite(width), width, 5.0) + 0.1
 
 

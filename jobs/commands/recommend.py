@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from features.query import history_index
 from features.table import TARGETS, filter_usable, with_script_key, with_targets
 from jobs.commands import add_common
 from jobs.context import Context, UsageError
@@ -91,7 +92,15 @@ def recommend(
     gpu_mem = gpu_memory_bytes(config)
     history, source = user_history(ctx, client, cluster, user, fresh_history, gpu_mem)
     return recommendation(
-        info, cluster, user, pd.Timestamp(ctx.now()), config, champions, history, source, gpu_mem
+        info,
+        cluster,
+        user,
+        pd.Timestamp(ctx.now()),
+        config,
+        champions,
+        history_index(history),
+        source,
+        gpu_mem,
     )
 
 

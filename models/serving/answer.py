@@ -4,21 +4,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Protocol
 
 import pandas as pd
 
 from conf import ClusterConfig
+from features.query import HistoryIndex, query_features
 from features.table import TARGETS
-from models.recommend import MIN_USER_HISTORY, assemble, query_row, with_query_features
+from models.recommend import MIN_USER_HISTORY, assemble, query_values
+from models.train import OneRow
 from pipelines.silver.scripts import ScriptInfo
 
 
 class Champion(Protocol):
-    """What a loaded champion model offers: a prediction in its target's unit per row."""
+    """What a loaded champion model offers: a prediction in its target's unit per row of a table."""
 
-    def predict(self, frame: pd.DataFrame) -> object: ...
+    def predict(self, table: OneRow) -> object: ...
 
 
 def recommendation(
@@ -28,21 +29,22 @@ def recommendation(
     submit_ts: pd.Timestamp,
     config: ClusterConfig | None,
     champions: Mapping[str, tuple[Champion, str] | None],
-    history: pd.DataFrame,
+    history: HistoryIndex,
     source: dict[str, object],
     gpu_mem_bytes: dict[str, float] | None = None,
 ) -> dict[str, object]:
     """Flags, per-target status and expected saving for one script of one user on one cluster, from the
-    user's finished jobs on it (`history`, targets computed) and the champion (predictor, version) per target
-    (None where a target has none). Answers `not_enough_history` (and why) under MIN_USER_HISTORY jobs."""
-    n_history = len(history)
+    cluster's finished jobs (`history`, indexed by user and script) and the champion (predictor, version)
+    per target (None where a target has none). Answers `not_enough_history` (and why) under
+    MIN_USER_HISTORY jobs of the user."""
+    n_history = history.jobs(user)
     payload: dict[str, object] = {
         "cluster": cluster,
         "user": user,
         "script_hash": info.script_hash,
         "history_jobs": n_history,
         "history_source": source,
-        "script_runs": int((history["script_key"] == info.script_hash).sum()) if n_history else 0,
+        "script_runs": history.runs(user, info.script_hash),
     }
     if n_history < MIN_USER_HISTORY:
         why = (
@@ -57,8 +59,8 @@ def recommendation(
             "targets": targets,
             "expected_saving": None,
         }
-    query = query_row(info, user, submit_ts, gpu_mem_bytes)
-    row = with_query_features(query, pd.DataFrame([asdict(info)]), history)
+    values = query_features(query_values(info, user, submit_ts, gpu_mem_bytes), info.as_row(), history)
+    row = OneRow(values)
     predictions: dict[str, float] = {}
     status: dict[str, dict[str, object]] = {}
     for target in TARGETS:
@@ -71,7 +73,7 @@ def recommendation(
             predictor, version = champion
             predictions[target] = float(predictor.predict(row)[0])  # type: ignore[index]
             status[target] = {"status": "ok", "model_version": version}
-    answer = assemble(row, predictions, config)
+    answer = assemble(values, predictions, config)
     for target, values in answer["targets"].items():  # type: ignore[union-attr]
         status[target].update(values)
     flags = [status[t]["flag"] for t in TARGETS if "flag" in status[t]]

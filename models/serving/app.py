@@ -95,8 +95,10 @@ def create_app(
         log.exception("internal error on %s", request.url.path)
         return _error(500, f"internal error ({type(exc).__name__}); this is a bug")
 
+    # The answering routes are `async`: their work is a millisecond of CPU, which a hop to the thread
+    # pool (what FastAPI does with a plain `def`) only lengthens; loading (/admin/reload) stays in it.
     @app.post("/v1/recommend", response_model=RecommendResponse, responses=_ERRORS)
-    def recommend(body: RecommendRequest) -> Any:
+    async def recommend(body: RecommendRequest) -> Any:
         """What the job will need: flags, per-target values and the expected saving."""
         state = holder.state
         try:
@@ -127,12 +129,12 @@ def create_app(
         return answer
 
     @app.post("/v1/k8s/mutate", responses=_ERRORS)
-    def k8s_advise(body: AdmissionReview) -> dict[str, Any]:
+    async def k8s_advise(body: AdmissionReview) -> dict[str, Any]:
         """Kubernetes AdmissionReview v1 (Pod or Job): always allowed; warnings and an annotation."""
         return mutate(body, "advise")
 
     @app.post("/v1/k8s/mutate/enforce", responses=_ERRORS)
-    def k8s_enforce(body: AdmissionReview) -> dict[str, Any]:
+    async def k8s_enforce(body: AdmissionReview) -> dict[str, Any]:
         """As /v1/k8s/mutate, plus a JSONPatch lowering the main containers' requests to the advice."""
         return mutate(body, "enforce")
 
@@ -192,7 +194,7 @@ def _answer(
         now,
         cluster.config,
         cluster.champions,
-        cluster.history(body.user),
+        cluster.history,
         cluster.source,
         cluster.gpu_mem_bytes,
     )

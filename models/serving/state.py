@@ -10,19 +10,21 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from conf import ClusterConfig
+from features.query import HistoryIndex, history_index
+from features.table import history_snapshot_columns
 from models.serving.answer import Champion
 
 
 @dataclass(frozen=True)
 class ClusterState:
     """One cluster as loaded: champion (predictor, version) per target (None: no champion), the history
-    snapshot split by user, and where the snapshot came from (None: `jobfit train` never logged one)."""
+    snapshot indexed by user and script, and where the snapshot came from (None: `jobfit train` never
+    logged one)."""
 
     name: str
     config: ClusterConfig | None
     champions: Mapping[str, tuple[Champion, str] | None]
-    history_by_user: Mapping[str, pd.DataFrame]
-    empty_history: pd.DataFrame
+    history: HistoryIndex
     source: dict[str, object] | None
     gpu_mem_bytes: dict[str, float]
     history_rows: int
@@ -35,10 +37,6 @@ class ClusterState:
         """Champion version per target (None where there is none)."""
         return {t: (c[1] if c is not None else None) for t, c in self.champions.items()}
 
-    def history(self, user: str) -> pd.DataFrame:
-        """The user's finished jobs on the cluster (an empty frame for a user without any)."""
-        return self.history_by_user.get(user, self.empty_history)
-
 
 def cluster_state(
     name: str,
@@ -48,15 +46,13 @@ def cluster_state(
     source: dict[str, object] | None,
     gpu_mem_bytes: dict[str, float],
 ) -> ClusterState:
-    """A ClusterState with the snapshot split by user once (a request then looks its user up by key)."""
-    frame = snapshot if snapshot is not None else pd.DataFrame({"user": [], "script_key": []})
-    by_user = {str(user): group for user, group in frame.groupby("user", sort=False)}
+    """A ClusterState with the snapshot indexed once (a request then looks its user and script up by key)."""
+    frame = snapshot if snapshot is not None else pd.DataFrame(columns=history_snapshot_columns())
     return ClusterState(
         name=name,
         config=config,
         champions=dict(champions),
-        history_by_user=by_user,
-        empty_history=frame.iloc[0:0],
+        history=history_index(frame),
         source=source if snapshot is not None else None,
         gpu_mem_bytes=gpu_mem_bytes,
         history_rows=len(frame),
