@@ -24,6 +24,7 @@ from jobs.io.prediction import gpu_memory_bytes
 from models.train import TrainParams, train_target
 from tests.predict_data import synthetic_cluster
 from tests.servers import jobfit_serve
+from tests.test_slurm_hooks import CLI_FILTER, LUA, run_lua
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "t0ken-for-tests"
@@ -225,6 +226,40 @@ def test_readyz_openapi_and_metrics(server: Server) -> None:
     assert 'jobfit_http_request_duration_seconds_bucket{endpoint="/v1/recommend",le="+Inf"}' in text
     assert 'jobfit_http_requests_total{endpoint="/v1/recommend",status="401"}' in text
     assert 'jobfit_history_rows{cluster="demo"} 700' in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(LUA is None, reason="lua5.4 is not installed (`make setup` installs it)")
+def test_cli_filter_gets_its_advice_from_the_real_server(server: Server, tmp_path: Path) -> None:
+    """hooks/slurm/cli_filter.lua in Lua 5.4 against this `jobfit serve`: what sbatch's options become is
+    accepted, and the advice printed is the service's own answer for them."""
+    scenario = f"""
+JOBFIT_CLI.url = '{server.url}/v1/recommend'
+JOBFIT_CLI.token = '{TOKEN}'
+local options = {{type='sbatch', mem='64G', time='1-00:00:00', ['cpus-per-task']='8', ntasks='2',
+    partition='gpu', ['job-name']='train'}}
+out('rc', slurm_cli_pre_submit(options, 0))
+out('mem', options.mem)
+"""
+    values, logs, _ = run_lua(CLI_FILTER, scenario, tmp_path, env={"USER": "u1"})
+    assert (values["rc"], values["mem"]) == ("0", "64G")
+    direct = _post(
+        server,
+        {
+            "cluster": "demo",
+            "user": "u1",
+            "partition": "gpu",
+            "ntasks": 2,
+            "cpus_per_task": 8,
+            "mem_per_node": "64G",
+            "time_limit": "1-00:00:00",
+            "job_name": "train",
+        },
+    ).json()
+    assert direct["status"] == "ok" and direct["flags"]
+    assert [level for level, _ in logs] == ["info"], logs
+    expected = f"jobfit: from {direct['history_jobs']} finished jobs, this job needs about: #SBATCH "
+    assert logs[0][1].startswith(expected + " ".join(direct["flags"])), logs[0][1]
 
 
 def _count(server: Server, endpoint: str, status: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from models.hooks import ANY_SCRIPT, CacheEntry, format_cache
+from models.serving.schemas import RecommendRequest
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,8 +27,11 @@ CLI_FILTER = ROOT / "hooks" / "slurm" / "cli_filter.lua"
 SCRIPT = "#!/bin/bash\n#SBATCH --mem=64G\nsrun python train.py --batch-size 32\n"
 
 
-def run_lua(hook: Path, scenario: str, tmp_path: Path) -> tuple[dict[str, str], list[tuple[str, str]], float]:
-    """Run a scenario against a hook; returns (out(key, value) pairs, (level, message) logs, seconds)."""
+def run_lua(
+    hook: Path, scenario: str, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[dict[str, str], list[tuple[str, str]], float]:
+    """Run a scenario against a hook (environment: this one plus `env`); returns (out(key, value) pairs,
+    (level, message) logs, seconds)."""
     file = tmp_path / "scenario.lua"
     file.write_text(scenario)
     start = time.monotonic()
@@ -35,6 +40,7 @@ def run_lua(hook: Path, scenario: str, tmp_path: Path) -> tuple[dict[str, str], 
         capture_output=True,
         text=True,
         timeout=30,
+        env={**os.environ, **(env or {})},
     )
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stderr
@@ -285,12 +291,15 @@ def test_cli_filter_prints_the_advice(server: tuple[int, list, dict], tmp_path: 
         "cluster": "demo",
         "partition": "gpu",
         "account": "lab",
-        "req_cpus": 16,
-        "mem_per_node_mb": 65536,
-        "time_limit_min": 1440,
+        "ntasks": 2,
+        "cpus_per_task": 8,
+        "mem_per_node": "65536M",
+        "time_limit": "1440",
         "gres": "gpu:a100:1",
         "job_name": "train",
     }
+    # What the hook sends is what the service accepts (the round trip itself: tests/test_serve.py).
+    RecommendRequest(**body, user="someone")
 
 
 def test_cli_filter_fails_open(server: tuple[int, list, dict], tmp_path: Path) -> None:

@@ -203,21 +203,32 @@ local function login_name()
     return name
 end
 
+-- The /v1/recommend body (models/serving/schemas.py RecommendRequest; unknown fields are refused there):
+-- sbatch's options as the user gave them, memory normalised to MiB ("65536M") and time to minutes.
 local function request_body(options)
-    local cpus = tonumber(opt(options, "cpus-per-task") or "")
-    local tasks = tonumber(opt(options, "ntasks") or "")
+    local mem = mem_mb(opt(options, "mem"))
+    local mem_per_cpu = mem_mb(opt(options, "mem-per-cpu"))
+    local minutes = time_min(opt(options, "time"))
     local gres = opt(options, "gres") or (opt(options, "gpus") and ("gpu:" .. options["gpus"]))
+    local function count(name)
+        local n = tonumber(opt(options, name) or "")
+        return n and n >= 1 and math.floor(n) or nil
+    end
     return json_object({
         cluster = JOBFIT_CLI.cluster,
         user = os.getenv("USER") or os.getenv("LOGNAME") or login_name(),
         partition = opt(options, "partition"),
         account = opt(options, "account"),
-        req_cpus = (cpus or tasks) and math.floor((cpus or 1) * (tasks or 1)) or nil,
-        mem_per_node_mb = mem_mb(opt(options, "mem")),
-        time_limit_min = time_min(opt(options, "time")),
+        nodes = count("nodes"),
+        ntasks = count("ntasks"),
+        cpus_per_task = count("cpus-per-task"),
+        mem_per_node = mem and (mem .. "M") or nil,
+        mem_per_cpu = (not mem) and mem_per_cpu and (mem_per_cpu .. "M") or nil,
+        time_limit = minutes and tostring(math.max(minutes, 1)) or nil,
         gres = gres,
         job_name = opt(options, "job-name"),
-    }, { "cluster", "user", "partition", "account", "req_cpus", "mem_per_node_mb", "time_limit_min", "gres", "job_name" })
+    }, { "cluster", "user", "partition", "account", "nodes", "ntasks", "cpus_per_task", "mem_per_node",
+         "mem_per_cpu", "time_limit", "gres", "job_name" })
 end
 
 local function shell_quote(s)
