@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -70,4 +71,14 @@ def build_session(settings: Settings) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(spark_settings.log_level)
+    _quiet_query_errors(spark_settings.log_level)
     return session
+
+
+def _quiet_query_errors(log_level: str) -> None:
+    """PySpark logs every failed query's Java stack as one JSON line on stderr before raising; jobfit
+    says what failed in one line instead (a user's bad SQL is not a crash). Kept at DEBUG and INFO."""
+    from pyspark.logger import PySparkLogger
+
+    if log_level.upper() not in ("DEBUG", "INFO", "ALL", "TRACE"):
+        PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL + 1)

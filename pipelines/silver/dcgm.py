@@ -149,6 +149,11 @@ def check_dcgm_lines(lines: DataFrame, scrape_ts: dict[str, object], csv_files: 
         F.when(F.col("shape_error").isNotNull(), F.col("shape_error"))
         .when(~labels_ok, F.lit("malformed or repeated labels"))
         .when(value.isNull(), F.format_string("value %s is not a number", F.col("value_text")))
+        # dcgm-exporter and Prometheus write NaN and ±Inf for blank fields and failed reads.
+        .when(
+            kept & (F.isnan(value) | (F.abs(value) == F.lit(float("inf")))),
+            F.format_string("value %s is not a finite number", F.col("value_text")),
+        )
         .when(F.col("ts").isNull(), F.lit("no timestamp and no scrape time for the file"))
         .when(kept & F.col("host").isNull(), F.lit("no hostname/Hostname label"))
         .when(kept & F.col("uuid").isNull() & F.col("gpu_text").isNull(), F.lit("no gpu or UUID label"))

@@ -11,6 +11,7 @@ import functools
 import gzip
 import hashlib
 import sys
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +99,7 @@ def read_source_file_bytes(name: str, data: bytes) -> bytes:
         return data
     try:
         return gzip.decompress(data)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: damaged inside, not only truncated
         raise UsageError(f"{name}: not a readable gzip file ({exc})") from exc
 
 
@@ -169,7 +170,7 @@ def scan_input(path: str) -> InputRef:
                     head += chunk[:65536]
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except EOFError as exc:
+    except (EOFError, zlib.error) as exc:
         raise UsageError(f"{path}: not a readable gzip file ({exc})") from exc
     readable = (
         is_gzip == p.name.endswith(".gz")

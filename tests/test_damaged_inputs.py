@@ -1,0 +1,135 @@
+"""Damaged inputs real archives contain: a gzip corrupt inside (not only truncated), DCGM values NaN/±Inf
+(dcgm-exporter writes them for blank fields and failed reads), and a write slipped into `jobfit sql`.
+No command prints a traceback (Python or Java); what can be kept is kept, the rest is quarantined."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+# Label sets of the four V100s of the real scrape tests/data/real/telemetry/*V100*250.prom.
+V100 = [
+    f'gpu="{i}",UUID="{uuid}",device="nvidia{i}",modelName="Tesla V100-SXM2-32GB",Hostname="r6i3n0"'
+    for i, uuid in enumerate(
+        (
+            "GPU-a6158b59-2c1e-1e63-0068-9178c4298abd",
+            "GPU-8d5053b3-9280-7d1a-751b-4fd2fdd547c5",
+            "GPU-a9079f15-493e-6c1c-c78c-73ec2b840cba",
+            "GPU-bd94f0f5-8c2f-bc95-74ad-5f99fdc33d01",
+        )
+    )
+]
+
+
+def _no_trace(err: str) -> None:
+    assert "Traceback" not in err and "\tat org.apache" not in err and "Py4JJavaError" not in err, err
+
+
+def _damaged_inside(data: bytes) -> bytes:
+    """A gzip of `data` with one byte of its deflate stream flipped so that zlib itself fails (not only
+    the CRC check at the end): the "invalid distance too far back" kind of damage."""
+    packed = gzip.compress(data, mtime=0)
+    for pos in range(20, len(packed) - 8):
+        broken = packed[:pos] + bytes([packed[pos] ^ 0xFF]) + packed[pos + 1 :]
+        try:
+            gzip.decompress(broken)
+        except zlib.error:
+            return broken
+        except (OSError, EOFError):
+            continue
+    raise AssertionError("no single-byte flip made zlib fail")
+
+
+@pytest.mark.parametrize("source", ["sacct", "dcgm"])
+def test_gzip_damaged_inside_is_one_line_exit_2(jobfit, tmp_path: Path, real_data: Path, source: str) -> None:
+    real = {
+        "sacct": real_data / "sacct" / "reportseff_tests_sacct_lines.txt",
+        "dcgm": real_data / "telemetry" / "dcgm-exporter_scrape_V100__NVIDIA_dcgm-exporter_250.prom",
+    }[source]
+    bad = tmp_path / f"{real.name}.gz"
+    bad.write_bytes(_damaged_inside(real.read_bytes()))
+    result = jobfit("ingest", source, str(bad), "--cluster", "demo")
+    assert result.code == 2
+    _no_trace(result.err)
+    lines = [ln for ln in result.err.splitlines() if ln.startswith("jobfit:")]
+    assert lines == [f"jobfit: error: {bad}: not a readable gzip file ({lines[0].split('(', 1)[1]}"], lines
+    truncated = tmp_path / f"cut-{real.name}.gz"
+    truncated.write_bytes(gzip.compress(real.read_bytes())[:-30])
+    result = jobfit("ingest", source, str(truncated), "--cluster", "demo")
+    assert result.code == 2 and str(truncated) in result.err
+    _no_trace(result.err)
+
+
+def test_dcgm_non_finite_values_quarantined_per_record(jobfit, tmp_path: Path) -> None:
+    util = ["37", "NaN", "12", "99", "0"]
+    used = ["1024", "2048", "+Inf", "-Inf", "nan"]
+    lines = ["# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+    lines += [f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {v}" for labels, v in zip(V100, util, strict=False)]
+    lines += ["# TYPE DCGM_FI_DEV_FB_USED gauge"]
+    lines += [f"DCGM_FI_DEV_FB_USED{{{labels}}} {v}" for labels, v in zip(V100, used, strict=False)]
+    scrape = tmp_path / "r6i3n0-1700000000.prom"
+    scrape.write_text("\n".join(lines) + "\n")
+    result = jobfit("ingest", "dcgm", str(scrape), "--cluster", "demo", "--json")
+    assert result.code == 0, result.err
+    _no_trace(result.err)
+    report = json.loads(result.out)
+    # 8 sample lines: GPU 1's utilisation and GPUs 2 and 3's memory are not finite; the rest is kept.
+    assert (report["read"], report["quarantined"]) == (8, 3)
+    rows = json.loads(
+        jobfit(
+            "sql",
+            "SELECT device, gpu_util_pct, fb_used_bytes FROM silver.gpu_samples ORDER BY device",
+            "--json",
+        ).out
+    )["rows"]
+    by_gpu = {r["device"]: (r["gpu_util_pct"], r["fb_used_bytes"]) for r in rows}
+    assert by_gpu == {
+        "GPU-a6158b59-2c1e-1e63-0068-9178c4298abd": (37.0, 1024 * 2**20),
+        "GPU-8d5053b3-9280-7d1a-751b-4fd2fdd547c5": (None, 2048 * 2**20),
+        "GPU-a9079f15-493e-6c1c-c78c-73ec2b840cba": (12.0, None),
+        "GPU-bd94f0f5-8c2f-bc95-74ad-5f99fdc33d01": (99.0, None),
+    }
+    reasons = json.loads(
+        jobfit("sql", "SELECT line_no, reason FROM quarantine ORDER BY line_no", "--json").out
+    )["rows"]
+    assert reasons == [
+        {"line_no": 3, "reason": "value NaN is not a finite number"},
+        {"line_no": 9, "reason": "value +Inf is not a finite number"},
+        {"line_no": 10, "reason": "value -Inf is not a finite number"},
+    ]
+
+
+def test_sql_is_read_only_unless_allowed(jobfit, tmp_path: Path, real_data: Path) -> None:
+    lines = real_data / "telemetry" / "dcgm-exporter_scrape_V100__NVIDIA_dcgm-exporter_250.prom"
+    assert jobfit("ingest", "dcgm", str(lines), "--cluster", "demo").code == 0
+    count = "SELECT count(*) AS n FROM silver.gpu_samples"
+    before = json.loads(jobfit("sql", count, "--json").out)["rows"]
+    for statement in (
+        "DELETE FROM silver.gpu_samples WHERE true",
+        "DROP TABLE silver.gpu_samples",
+        "INSERT INTO silver.gpu_samples SELECT * FROM silver.gpu_samples",
+        "WITH x AS (SELECT * FROM silver.gpu_samples) INSERT INTO silver.gpu_samples SELECT * FROM x",
+        "UPDATE silver.gpu_samples SET host = 'x'",
+        "MERGE INTO silver.gpu_samples t USING silver.gpu_samples s ON t.ts = s.ts WHEN MATCHED THEN DELETE",
+        "TRUNCATE TABLE silver.gpu_samples",
+        "CREATE TABLE t AS SELECT 1",
+        "ALTER TABLE silver.gpu_samples ADD COLUMN x INT",
+        "SET spark.sql.shuffle.partitions = 7",
+    ):
+        result = jobfit("sql", statement)
+        assert result.code == 2, statement
+        assert "is not a query (jobfit sql is read-only; --allow-writes runs it)" in result.err, result.err
+        assert result.err.count("\n") == 1, result.err
+    assert json.loads(jobfit("sql", count, "--json").out)["rows"] == before
+    for query in ("DESCRIBE silver.gpu_samples", "SHOW TABLES", "EXPLAIN SELECT 1"):
+        assert jobfit("sql", query).code == 0, query
+    bad = jobfit("sql", "SELECT nope FROM silver.gpu_samples")
+    assert bad.code == 2 and bad.err.count("\n") == 1
+    _no_trace(bad.err)
+    allowed = jobfit("sql", "DELETE FROM silver.gpu_samples WHERE true", "--allow-writes")
+    assert allowed.code == 0, allowed.err
+    assert json.loads(jobfit("sql", count, "--json").out)["rows"] == [{"n": 0}]
