@@ -133,3 +133,49 @@ def test_sql_is_read_only_unless_allowed(jobfit, tmp_path: Path, real_data: Path
     allowed = jobfit("sql", "DELETE FROM silver.gpu_samples WHERE true", "--allow-writes")
     assert allowed.code == 0, allowed.err
     assert json.loads(jobfit("sql", count, "--json").out)["rows"] == [{"n": 0}]
+
+
+def _variants(text: str) -> dict[str, bytes]:
+    """The same records as Windows tools and exports write them: UTF-16 with a byte-order mark, UTF-8 with
+    one and CRLF line ends."""
+    return {
+        "utf16": text.encode("utf-16"),
+        "bom_crlf": b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["sacct", "swf", "dcgm"])
+def test_encodings_and_line_ends_read_the_same_records(
+    jobfit, tmp_path: Path, real_data: Path, source: str
+) -> None:
+    if source == "sacct":
+        text = (real_data / "samples" / "jobstats_testfixture_sacct_admincomment.txt").read_text()
+        table, key = "silver.jobs", "job_id, state, elapsed_s, req_mem_bytes, max_rss_bytes"
+    elif source == "swf":
+        head = gzip.decompress((real_data / "swf" / "SDSC-SP2-1998-4.2-cln.swf.gz").read_bytes())
+        text = "\n".join(head.decode().splitlines()[:400]) + "\n"
+        table, key = "silver.jobs", "job_id, state, submit_ts, elapsed_s, req_cpus"
+    else:
+        text = (
+            real_data / "telemetry" / "dcgm-exporter_scrape_V100__NVIDIA_dcgm-exporter_250.prom"
+        ).read_text()
+        table, key = "silver.gpu_samples", "host, device, ts, gpu_util_pct"
+    name = {"sacct": "dump.txt", "swf": "log.swf", "dcgm": "r6i3n0-1700000000.prom"}[source]
+    files = {"clean": text.encode("utf-8"), **_variants(text)}
+    reports, rows = {}, {}
+    for variant, data in files.items():
+        folder = tmp_path / variant
+        folder.mkdir()
+        (folder / name).write_bytes(data)
+        result = jobfit("ingest", source, str(folder / name), "--cluster", variant, "--json")
+        assert result.code == 0, (variant, result.err)
+        _no_trace(result.err)
+        reports[variant] = json.loads(result.out)
+        query = f"SELECT {key} FROM {table} WHERE cluster = '{variant}' ORDER BY {key}"
+        rows[variant] = json.loads(jobfit("sql", query, "--json", "--limit", "100000").out)["rows"]
+    assert rows["clean"], "the clean file gave no rows"
+    counts = ("read", "inserted", "quarantined", "superseded")
+    for variant in files:
+        assert rows[variant] == rows["clean"], variant
+        assert [reports[variant][c] for c in counts] == [reports["clean"][c] for c in counts], variant

@@ -103,6 +103,19 @@ def read_source_file_bytes(name: str, data: bytes) -> bytes:
         raise UsageError(f"{name}: not a readable gzip file ({exc})") from exc
 
 
+# Byte-order marks an exported file may start with (Windows tools write UTF-16 with one, Excel UTF-8 too).
+_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+
+
+def decode_text(data: bytes) -> str:
+    """An input's text: UTF-8, or the encoding its byte-order mark names (UTF-8 or UTF-16; the mark is
+    dropped); undecodable bytes become U+FFFD, which the parsers then reject with the line."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data.decode(encoding, errors="replace")
+    return data.decode("utf-8", errors="replace")
+
+
 def read_source_file(path: str) -> SourceFile:
     """Read one input (`-` is stdin; gzip is detected by its magic bytes, not its name)."""
     if path == "-":
@@ -119,7 +132,7 @@ def read_source_file(path: str) -> SourceFile:
             raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
         name = str(p)
     data = read_source_file_bytes(name, data)
-    text = data.decode("utf-8", errors="replace")
+    text = decode_text(data)
     return SourceFile(name=name, sha256=hashlib.sha256(data).hexdigest(), lines=text.splitlines())
 
 
@@ -139,7 +152,7 @@ class InputRef:
 
 
 def _first_content_line(head: bytes) -> str:
-    text = head.decode("utf-8", errors="replace")
+    text = decode_text(head)
     return next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
 
 
@@ -174,6 +187,7 @@ def scan_input(path: str) -> InputRef:
         raise UsageError(f"{path}: not a readable gzip file ({exc})") from exc
     readable = (
         is_gzip == p.name.endswith(".gz")
+        and not any(head.startswith(bom) for bom, _ in _BOMS)  # Spark's text reader reads UTF-8 only
         and size < SPARK_WHOLE_FILE_MAX_BYTES
         and not HADOOP_UNSAFE.intersection(str(p.resolve()))
     )
@@ -222,7 +236,7 @@ def lines_frame(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
     by_driver = [r for r in refs if not r.spark_readable]
     if by_driver:
         files = [
-            SourceFile(r.name, r.sha256, r.data.decode("utf-8", errors="replace").splitlines())
+            SourceFile(r.name, r.sha256, decode_text(r.data).splitlines())
             if r.data is not None
             else read_source_file(r.name)
             for r in by_driver
