@@ -272,31 +272,36 @@ def _count(server: Server, endpoint: str, status: int) -> int:
 def test_reload_under_load_drops_no_request(server: Server) -> None:
     assert _publish(server.store, "mem") == "2"  # a new champion the running server has not seen
     stop = threading.Event()
-    results: list[tuple[int, str, str]] = []
+    reloaded_at: list[float] = []
+    results: list[tuple[int, str, str, float]] = []  # status code, status, mem model version, time sent
 
     def hammer() -> None:
+        deadline = time.monotonic() + 120  # bounded by time even if the reloads hang, not by a count
         with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as client:
-            for _ in range(150):  # bounded even if the reloads hang
-                if stop.is_set():
-                    break
+            while not stop.is_set() and time.monotonic() < deadline:
+                sent = time.monotonic()
                 r = client.post("/v1/recommend", json={"cluster": "demo", "user": "u1", "script": SCRIPT})
                 body = r.json()
                 version = body.get("targets", {}).get("mem", {}).get("model_version", "")
-                results.append((r.status_code, body.get("status", body.get("error", "")), version))
+                results.append((r.status_code, body.get("status", body.get("error", "")), version, sent))
 
     threads = [threading.Thread(target=hammer) for _ in range(3)]
     for thread in threads:
         thread.start()
     time.sleep(0.5)
     reloads = [httpx.post(f"{server.url}/admin/reload", headers=AUTH, timeout=60) for _ in range(3)]
+    reloaded_at.append(time.monotonic())
     time.sleep(0.5)
     stop.set()
     for thread in threads:
         thread.join(timeout=60)
     assert all(r.status_code == 200 for r in reloads), [r.text for r in reloads]
     assert reloads[-1].json()["clusters"]["demo"]["versions"]["mem"] == "2"
-    assert results and all(code == 200 and status == "ok" for code, status, _ in results), results[:5]
-    assert {version for _, _, version in results} <= {"1", "2"} and results[-1][2] == "2"
+    assert results and all(code == 200 and status == "ok" for code, status, _, _ in results), results[:5]
+    assert {version for _, _, version, _ in results} <= {"1", "2"}
+    after = [version for _, _, version, sent in results if sent > reloaded_at[0]]
+    # every request sent after the reload saw the new champion
+    assert after and set(after) == {"2"}, after[:5]
     text = httpx.get(f"{server.url}/metrics", headers=AUTH).text
     assert 'jobfit_reloads_total{result="ok"} 3' in text
 
