@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf import Settings
+from jobs.context import DataError
 from pipelines.schemas import BRONZE_SOURCES, TABLES, TableSpec, bronze_spec
 
 
@@ -88,25 +92,6 @@ def ensure_table(spark: SparkSession, settings: Settings, spec: TableSpec) -> De
     return table
 
 
-def _version(table: DeltaTable) -> int:
-    return int(table.history(1).select("version").first()["version"])
-
-
-def _merge_counts(table: DeltaTable, version_before: int, source: DataFrame) -> MergeCounts:
-    """Counts from the MERGE's own commit. A MERGE that changes nothing may write no commit at all
-    (an insert-only MERGE with every key present): then every source row was unchanged."""
-    metrics = table.history(1).select("version", "operation", "operationMetrics").first()
-    if metrics["version"] == version_before:
-        return MergeCounts(unchanged=source.count())
-    if metrics["operation"] != "MERGE":
-        return MergeCounts()
-    m = metrics["operationMetrics"] or {}
-    inserted = int(m.get("numTargetRowsInserted", 0))
-    updated = int(m.get("numTargetRowsUpdated", 0))
-    source = int(m.get("numSourceRows", 0))
-    return MergeCounts(inserted=inserted, updated=updated, unchanged=max(source - inserted - updated, 0))
-
-
 def merge_into(
     spark: SparkSession,
     settings: Settings,
@@ -120,31 +105,101 @@ def merge_into(
     `update_when` (a SQL condition over `t.` target and `s.` source) holds, or always when it is None.
     `target_filter` (over `t.` only, e.g. the batch's time range) lets Delta skip target files that cannot
     match; it must hold for every target row a source row could match. The source must hold one row per
-    key."""
+    key. A commit that conflicts with another writer's (two ingests at once) is retried (`_retrying`)."""
     spec = spec_for(name)
-    table = ensure_table(spark, settings, spec)
     source = conform(df, spec)
     on = " AND ".join(
         [*(f"t.`{k}` = s.`{k}`" for k in spec.key), *([target_filter] if target_filter else [])]
     )
-    version_before = _version(table)
-    merge = table.alias("t").merge(source.alias("s"), on)
-    if not insert_only:
-        merge = merge.whenMatchedUpdateAll(condition=update_when)
-    merge.whenNotMatchedInsertAll().execute()
-    return _merge_counts(table, version_before, source)
+
+    def attempt() -> None:
+        merge = ensure_table(spark, settings, spec).alias("t").merge(source.alias("s"), on)
+        if not insert_only:
+            merge = merge.whenMatchedUpdateAll(condition=update_when)
+        merge.whenNotMatchedInsertAll().execute()
+
+    metrics = _retrying(spark, settings, name, "MERGE", attempt)
+    if metrics is None:  # no commit: a MERGE that changed nothing (every key present, insert-only)
+        return MergeCounts(unchanged=source.count())
+    inserted = int(metrics.get("numTargetRowsInserted", 0))
+    updated = int(metrics.get("numTargetRowsUpdated", 0))
+    rows = int(metrics.get("numSourceRows", 0))
+    return MergeCounts(inserted=inserted, updated=updated, unchanged=max(rows - inserted - updated, 0))
 
 
 def append_rows(spark: SparkSession, settings: Settings, name: str, df: DataFrame) -> int:
     """Append `df` to the table (created when missing) without a MERGE: for rows the caller knows are new
     (bronze lines of files not landed before). Returns the rows appended, from the commit's metrics."""
     spec = spec_for(name)
-    table = ensure_table(spark, settings, spec)
-    conform(df, spec).write.format("delta").mode("append").save(table_path(settings, name))
-    last = table.history(1).select("operation", "operationMetrics").first()
-    return (
-        int((last["operationMetrics"] or {}).get("numOutputRows", 0)) if last["operation"] == "WRITE" else 0
+    rows = conform(df, spec)
+
+    def attempt() -> None:
+        ensure_table(spark, settings, spec)
+        rows.write.format("delta").mode("append").save(table_path(settings, name))
+
+    metrics = _retrying(spark, settings, name, "WRITE", attempt)
+    return int((metrics or {}).get("numOutputRows", 0))
+
+
+# Another writer's commit between this one's read and its commit (an Airflow backfill running two ingests
+# into one warehouse): Delta refuses the later commit, which wrote nothing, and it is tried again on the
+# table as it now is. Back-off doubles from 0.5 s; after the last attempt the conflict is an error.
+COMMIT_ATTEMPTS = 6
+_CREATE_RACES = frozenset({"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_ALREADY_EXISTS"})
+
+
+def _retrying(
+    spark: SparkSession, settings: Settings, name: str, operation: str, attempt: Callable[[], None]
+) -> dict[str, str] | None:
+    """Run `attempt()` (one Delta `operation` on table `name`, after creating or widening the table
+    if need be) until it commits without a conflict; the operationMetrics of its commit (found by the
+    token in the commit's userMetadata, so another writer's later commit is never read as this one's),
+    or None when it wrote no commit."""
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
     )
+    from pyspark.errors import AnalysisException
+
+    conflicts = (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    for tried in range(1, COMMIT_ATTEMPTS + 1):
+        token = f"jobfit-{uuid.uuid4()}"
+        spark.conf.set(key, token)
+        try:
+            attempt()
+            break
+        except (*conflicts, AnalysisException) as exc:
+            # Two writers creating the table at once: the other one's first commit is on its way.
+            creating = isinstance(exc, AnalysisException) and exc.getCondition() in _CREATE_RACES
+            if not (creating or isinstance(exc, conflicts)):
+                raise
+            if tried == COMMIT_ATTEMPTS:
+                raise DataError(
+                    f"{name}: another writer kept committing to the table; gave up after {tried} attempts "
+                    f"({type(exc).__name__}); this write did not land — run the command again "
+                    "(re-runs are idempotent)"
+                ) from None
+            time.sleep(0.5 * 2 ** (tried - 1))
+        finally:
+            spark.conf.unset(key)
+    history = DeltaTable.forPath(spark, table_path(settings, name)).history(50)
+    ours = (F.col("userMetadata") == token) & (F.col("operation") == operation)
+    mine = history.where(ours).select("operationMetrics").first()
+    return dict(mine["operationMetrics"] or {}) if mine is not None else None
 
 
 def sql_string(value: str) -> str:

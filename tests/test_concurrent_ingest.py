@@ -1,0 +1,61 @@
+"""Two `jobfit ingest` processes writing one warehouse at once (what an Airflow backfill does): both
+succeed — Delta refuses the later of two conflicting commits and jobfit tries it again — and the tables
+end with the same rows as one run over all the files, none lost or doubled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from conf import load_cluster
+from jobs.simulator import simulate
+
+pytestmark = pytest.mark.slow  # two more JVMs
+
+REPO = Path(__file__).resolve().parents[1]
+JOB_COLUMNS = ["cluster", "job_id", "user", "state", "submit_ts", "end_ts", "elapsed_s", "max_rss_bytes"]
+
+
+def _ingest(warehouse: Path, *paths: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")}
+    env["JOBFIT_WAREHOUSE"] = str(warehouse)
+    cmd = [sys.executable, "-m", "jobs.cli", "-q", "ingest", "sacct", *map(str, paths), "--cluster", "demo"]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_ingests_at_once_lose_and_double_nothing(
+    jobfit, spark: SparkSession, tmp_path: Path, warehouse: Path
+) -> None:
+    out = tmp_path / "sim"
+    simulate(load_cluster("demo"), "2026-03", 150, seed=4, out=out)
+    dumps = sorted((out / "sacct").glob("*.txt"))
+    half = len(dumps) // 2
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, part in ((first, dumps[:half]), (second, dumps[half:])):
+        folder.mkdir()
+        for dump in part:
+            (folder / dump.name).write_bytes(dump.read_bytes())
+    together = tmp_path / "together"
+    runs = [_ingest(together, first), _ingest(together, second)]
+    results = [run.communicate(timeout=600) for run in runs]
+    for run, (_, err) in zip(runs, results, strict=True):
+        assert run.returncode == 0, err[-3000:]
+        assert "Traceback" not in err
+    # The reference: one in-process run over all the files.
+    assert jobfit("ingest", "sacct", str(first), str(second), "--cluster", "demo").code == 0
+
+    def table(root: Path, name: str) -> list[tuple]:
+        df = spark.read.format("delta").load(str(root / name))
+        columns = JOB_COLUMNS if name == "silver/jobs" else ["cluster", "source_file", "line_no", "raw"]
+        return sorted(tuple(r) for r in df.select(*columns).collect())
+
+    for name in ("silver/jobs", "bronze/sacct"):
+        assert table(together, name) == table(warehouse, name), name
+    jobs = spark.read.format("delta").load(str(together / "silver/jobs"))
+    assert jobs.groupBy("cluster", "job_id").count().where(F.col("count") > 1).count() == 0
