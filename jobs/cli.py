@@ -15,6 +15,7 @@ COMMANDS = (
     "ingest",
     "sql",
     "failures",
+    "explain",
     "build",
     "waste",
     "train",
@@ -34,8 +35,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser with every registered command."""
+def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The parser with the given commands registered (all by default)."""
     parser = _Parser(
         prog="jobfit",
         description="Find the compute HPC and GPU clusters waste, price it, predict what jobs need, "
@@ -44,15 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMANDS:
+    for name in commands:
         importlib.import_module(f"jobs.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, ctx: Context | None = None) -> int:
     """Run one command; returns the exit status (0 ok, 1 data check failed, 2 bad input)."""
+def _named_command(argv: Sequence[str]) -> tuple[str, ...]:
+    """Only the command argv names, when it names one: importing every command's module pulls in Spark,
+    which a command that needs none (`jobfit explain`) must not wait for."""
+    words = [a for a in argv if not a.startswith("-")]
+    return (words[0],) if words and words[0] in COMMANDS else COMMANDS
+
+
     try:
-        args = build_parser().parse_args(argv)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(_named_command(argv)).parse_args(argv)
         ctx = ctx or Context()
         ctx.quiet = ctx.quiet or args.quiet
         return int(args.func(ctx, args) or 0)

@@ -302,6 +302,11 @@ SILVER_JOB_LOGS = TableSpec(
     grain="one output stream (stdout or stderr) of one job",
 )
 
+# The exception that ended a run and the user's own frame, as pipelines/gold/failures/tracebacks.py reads.
+# (Nested fields nullable: Delta checks a nested NOT NULL even where the whole struct is null.)
+EXCEPTION_STRUCT = _fields(("type", S, True), ("message", S, True))
+CODE_STRUCT = _fields(("file", S, True), ("line", INT, True), ("function", S, True), ("text", S, True))
+
 # Why each failed job failed (pipelines/gold/failures/, docs/failures.md).
 GOLD_FAILURES = TableSpec(
     name="gold.failures",
@@ -330,6 +335,8 @@ GOLD_FAILURES = TableSpec(
         ("rule", S, False),  # the rule that decided
         ("evidence", S, False),
         ("suggested_fix", S, False),
+        ("exception", EXCEPTION_STRUCT, True),  # the run-ending exception in the log: type, message
+        ("code", CODE_STRUCT, True),  # the user's innermost frame: file as printed, line, function, text
         ("xid", INT, True),
         ("has_log", B, False),
         ("has_telemetry", B, False),

@@ -44,7 +44,7 @@ def test_simulator_reads_its_causes_from_the_taxonomy() -> None:
 
 
 def test_text_modules_import_no_spark() -> None:
-    modules = ("logs", "patterns", "taxonomy", "xid")
+    modules = ("logs", "patterns", "taxonomy", "xid", "tracebacks", "fix_table", "explain")
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module('pipelines.gold.failures.' + m)\n"

@@ -61,6 +61,12 @@ def test_quoted_numbers_come_from_the_log_text(real_data: Path) -> None:
         ),
         ("AssertionError: world size must divide batch", "software_error", "assertion"),
         (
+            "/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: "
+            "[0,0,0], thread: [3,0,0] Assertion `t >= 0 && t < n_classes` failed.",
+            "software_error",
+            "device_assert",
+        ),
+        (
             "slurmstepd: error: *** JOB 77 ON g012 CANCELLED AT 2026-11-02T10:00:00 DUE TO PREEMPTION ***",
             "preemption",
             "preempted",

@@ -70,6 +70,18 @@ def _summary_text(s: dict) -> str:
     return "\n".join(lines)
 
 
+def _traceback_lines(d: dict) -> list[str]:
+    """The run-ending exception and the user's frame, when the job's log shows them."""
+    lines = []
+    if d["exception"]:
+        e = d["exception"]
+        lines.append(f"  exception: {e['type']}" + (f": {e['message']}" if e["message"] else ""))
+    if d["code"]:
+        c = d["code"]
+        lines.append(f"  your code: {c['file']}:{c['line']} in {c['function']}: {c['text'] or ''}")
+    return lines
+
+
 def _one_job(ctx: Context, args: argparse.Namespace) -> int:
     config, sheet = ctx.cluster_config(args.cluster)
     jobs = read_table(ctx.spark, ctx.settings, "silver.jobs")
@@ -86,12 +98,14 @@ def _one_job(ctx: Context, args: argparse.Namespace) -> int:
         )
         ctx.emit(payload, as_json=args.json, text=text)
         return 0
-    d = {**{k: row[k] for k in JOB_FIELDS}, "price_sheet": sheet}
+    values = row.asDict(recursive=True)  # exception and code are structs: plain dicts in the output
+    d = {**{k: values[k] for k in JOB_FIELDS}, "price_sheet": sheet}
     blame = "fixable by the user" if d["user_fixable"] else "not the user's fault"
     text = "\n".join(
         [
             f"job {d['job_id']} ({d['user']}, {d['state']}): {d['cause']} / {d['detail']} "
             f"(confidence {d['confidence']:.2f}, {blame})",
+            *_traceback_lines(d),
             f"  fix: {d['suggested_fix']}",
             f"  evidence: {d['evidence']}",
             f"  lost: {d['lost_gpu_hours']:.1f} GPU-h, {d['lost_core_hours']:.1f} core-h, "

@@ -97,12 +97,15 @@ def simulate(
         sacct.add(job)
         tel = dcgm.add(job) if job.is_gpu else None
         if job.has_log:
-            text = logs.render(job, log_rng)
+            text, frame = logs.render(job, log_rng)
             (out / "logs" / f"{job.job_id}.err").write_text(text, encoding="utf-8", newline="\n")
             counts["logs"] += 1
             counts["log_lines"] += text.count("\n")
         has_label = bool(job.hosts) and all(workload.alloc.by_name[h].hpc_job_label for h in job.hosts)
-        truth.add(slurm_row(cluster.name, job, sha256(data).hexdigest(), tel, has_label))
+        row = slurm_row(cluster.name, job, sha256(data).hexdigest(), tel, has_label)
+        if job.has_log and frame is not None:
+            row.update(tb_user_file=frame.file, tb_user_line=frame.line, tb_user_function=frame.function)
+        truth.add(row)
         dcgm.flush(job.submit - 3600)
         if progress and i % step == 0:
             progress(f"simulate: {i}/{n_jobs - n_pods} Slurm jobs")

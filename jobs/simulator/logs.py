@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
+from jobs.simulator import tracebacks
 from jobs.simulator.catalog import MODEL_BY_NAME
 from jobs.simulator.model import Job
+from jobs.simulator.tracebacks import UserFrame
 from pipelines.units import GIB
 
 XID_TEXT = {
@@ -54,16 +56,9 @@ def _progress(job: Job, rng: random.Random) -> list[str]:
     return [f"INFO:root:processed {rng.randrange(1, 400)} items"]
 
 
-def _python_tb(script: str, lines: list[str]) -> list[str]:
-    return [
-        "Traceback (most recent call last):",
-        f'  File "{script}", line {len(script) * 7 % 300 + 12}, in <module>',
-        *lines,
-    ]
-
-
-def render(job: Job, rng: random.Random) -> str:
-    """The last lines of the job's stderr file for its failure cause."""
+def render(job: Job, rng: random.Random) -> tuple[str, UserFrame | None]:
+    """The last lines of the job's stderr file for its failure cause, and the user's innermost frame in its
+    traceback (None when it prints none)."""
     host = job.hosts[0] if job.hosts else "unknown"
     end = _stamp(job.end)
     jid = job.job_id_raw
@@ -74,6 +69,22 @@ def render(job: Job, rng: random.Random) -> str:
         else ("evaluate.py" if job.project.kind == "dl_infer" else "preprocess.py")
     )
     c, d = job.cause, job.detail
+    frame: UserFrame | None = None
+
+    def traceback(failure: str, exception: list[str]) -> list[str]:
+        nonlocal frame
+        lines, frame = tracebacks.render(
+            rng,
+            user=job.user.name,
+            account=job.user.account,
+            script=script,
+            kind=job.project.kind,
+            failure=failure,
+            exception=exception,
+            ranks=max(1, job.gpus_used if job.project.kind == "dl_train" else 1),
+        )
+        return lines
+
     if c == "time_limit":
         if job.uses_step0:
             out.append(
@@ -98,11 +109,9 @@ def render(job: Job, rng: random.Random) -> str:
         card = job.vram_card_bytes / GIB
         alloc = rng.uniform(0.5, 2.5)
         used = card - rng.uniform(0.05, 0.4)
-        out += _python_tb(
-            script,
+        out += traceback(
+            rng.choice(("gpu_oom", "backward")),
             [
-                '  File "/home/site-packages/torch/nn/modules/module.py", line 1532, in _wrapped_call_impl',
-                "    return self._call_impl(*args, **kwargs)",
                 f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {alloc:.2f} GiB. "
                 f"GPU 0 has a total capacity of {card - 0.5:.2f} GiB of which {rng.uniform(0.01, 0.4):.2f} "
                 f"GiB is free. Including non-PyTorch memory, this process has {used:.2f} GiB memory in use. "
@@ -113,27 +122,25 @@ def render(job: Job, rng: random.Random) -> str:
     elif c == "software_error":
         if d == "import_error":
             mod = rng.choice(("transformers", "flash_attn", "mpi4py", "pyarrow", "wandb"))
-            out = _python_tb(script, [f"    import {mod}", f"ModuleNotFoundError: No module named '{mod}'"])
+            out = traceback("import", [f"ModuleNotFoundError: No module named '{mod}'"])
         elif d == "file_not_found":
             path = f"/scratch/{job.user.name}/data/{rng.choice(('train', 'val', 'shard_0007'))}.parquet"
-            out = _python_tb(
-                script,
+            out = traceback(
+                "file_not_found",
                 [
-                    "    df = pd.read_parquet(args.input)",
                     f"FileNotFoundError: [Errno 2] No such file or directory: '{path}'",
                 ],
             )
         elif d == "assertion":
-            out += _python_tb(
-                script,
+            out += traceback(
+                rng.choice(("assertion", "worker_assertion")),
                 [
-                    "    assert x.shape[-1] == self.hidden_size, x.shape",
                     f"AssertionError: torch.Size([{rng.choice((16, 32))}, 512, 1024])",
                 ],
             )
         elif d == "illegal_memory_access":
-            out += _python_tb(
-                script,
+            out += traceback(
+                "cuda_error",
                 [
                     "RuntimeError: CUDA error: an illegal memory access was encountered",
                     ASYNC_NOTE,
@@ -167,16 +174,19 @@ def render(job: Job, rng: random.Random) -> str:
                 )
         else:
             peer = f"10.10.{rng.randint(0, 9)}.{rng.randint(1, 250)}"
-            out += [
-                "torch.distributed.DistBackendError: NCCL error in: "
-                "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, remote process exited or "
-                "there was a network error, NCCL version 2.21.5",
-                "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
-                "prematurely.",
-                "Last error:",
-                f"NET/IB : Got completion from peer {peer}<{rng.randint(30000, 60000)}> with error 12, "
-                "opcode 0, len 0, vendor err 129",
-            ]
+            out += traceback(
+                "nccl_error",
+                [
+                    "torch.distributed.DistBackendError: NCCL error in: "
+                    "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, remote process exited or "
+                    "there was a network error, NCCL version 2.21.5",
+                    "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+                    "exiting prematurely.",
+                    "Last error:",
+                    f"NET/IB : Got completion from peer {peer}<{rng.randint(30000, 60000)}> with error 12, "
+                    "opcode 0, len 0, vendor err 129",
+                ],
+            )
         out.append(f"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: {script} FAILED")
     elif c == "gpu_hardware":
         if job.xid and rng.random() < 0.6:
@@ -187,10 +197,8 @@ def render(job: Job, rng: random.Random) -> str:
                 f"name=python, {XID_TEXT[job.xid]}"
             )
         if job.xid in (48, 95) or job.xid is None:
-            out += [
-                "RuntimeError: CUDA error: uncorrectable ECC error encountered",
-                ASYNC_NOTE,
-            ]
+            error = ["RuntimeError: CUDA error: uncorrectable ECC error encountered", ASYNC_NOTE]
+            out += traceback("cuda_error", error) if rng.random() < 0.5 else error
         elif job.xid == 79:
             out += [
                 "RuntimeError: CUDA error: unspecified launch failure",
@@ -217,4 +225,4 @@ def render(job: Job, rng: random.Random) -> str:
             f"Loading checkpoint shards: 100%|##########| 2/2 [00:{rng.randint(10, 59)}<00:00]  "
             f"model={MODEL_BY_NAME[str(job.params['model'])].hf_name}",
         )
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n", frame

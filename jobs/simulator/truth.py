@@ -62,6 +62,10 @@ SCHEMA = pa.schema(
         ("exclusive", pa.bool_()),
         ("failure_cause", pa.string()),
         ("failure_detail", pa.string()),
+        # the user's innermost frame in the failure log's traceback (null when it prints none)
+        ("tb_user_file", pa.string()),
+        ("tb_user_line", pa.int64()),
+        ("tb_user_function", pa.string()),
         ("xid", pa.int64()),
         ("is_failed", pa.bool_()),
         ("user_fixable", pa.bool_()),

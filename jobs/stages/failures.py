@@ -60,11 +60,13 @@ def diagnose(
     scripts = (
         _keys(read_table(spark, settings, "silver.job_scripts"), jobs)
         .join(
-            read_table(spark, settings, "silver.scripts").select("cluster", "script_hash", "batch_size"),
+            read_table(spark, settings, "silver.scripts").select(
+                "cluster", "script_hash", "batch_size", F.col("text").alias("script_text")
+            ),
             on=["cluster", "script_hash"],
             how="inner",
         )
-        .select("cluster", "job_id", "batch_size")
+        .select("cluster", "job_id", "batch_size", "script_text")
     )
     return diagnose_failures(jobs, steps, logs, gpu_signals(samples, jobs), scripts, config, ctx.now())
 

@@ -6,24 +6,72 @@ from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from conf import ClusterConfig
-from pipelines.gold.failures.fixes import fix_message, gib_text
-from pipelines.gold.failures.patterns import EVIDENCE_CHARS, IMAGE_PULL, LOG_PATTERNS, ci, fact_regex
+from pipelines.gold.failures.fix_table import knob_note, script_knobs
+from pipelines.gold.failures.fixes import fix_message, gib_text, note
+from pipelines.gold.failures.patterns import (
+    EVIDENCE_CHARS,
+    IMAGE_PULL,
+    LOG_PATTERNS,
+    ci,
+    fact_regex,
+    moment_lines,
+)
 from pipelines.gold.failures.rules import with_rule
 from pipelines.gold.failures.taxonomy import CAUSES, DIAGNOSED_STATES
+from pipelines.gold.failures.tracebacks import read_tracebacks
 from pipelines.gold.failures.xid import SYSTEM_FAULT_XIDS
-from pipelines.schemas import GOLD_FAILURES
+from pipelines.schemas import CODE_STRUCT, EXCEPTION_STRUCT, GOLD_FAILURES
 from pipelines.units import GIB
 
 # Telemetry Xids count when seen from the job's start to this long after its end (the driver logs late).
 XID_GRACE_S = 300
+# The evidence quotes the job's GPU samples from this long before its end to a minute after (the moment of
+# failure: VRAM against the card, utilisation, power, an Xid), the last MOMENT_SAMPLES of them.
+MOMENT_S = 300
+MOMENT_SAMPLES = 6
+
+
+_TRACEBACK_STRUCT = T.StructType(
+    [
+        T.StructField("exception", EXCEPTION_STRUCT, True),
+        T.StructField("code", CODE_STRUCT, True),
+        T.StructField("moments", T.ArrayType(T.StringType()), True),
+    ]
+)
+
+
+def _read_traceback(text: str | None) -> dict[str, object]:
+    """The reader's run-ending exception and user frame for one log text, and its lines of the moment of
+    failure (`patterns.moment_lines`), as the struct the UDF returns."""
+    reading = read_tracebacks(text)
+    moments = moment_lines(text) if text else []
+    return {"exception": reading.exception_json(), "code": reading.code_json(), "moments": moments}
+
+
+def with_traceback(df: DataFrame, text_col: str = "text") -> DataFrame:
+    """Add `exception` (type, message), `code` (file, line, function, text: the user's innermost frame) and
+    `log_moments` (the log's Xid / OOM-killer / watchdog lines) from the text column: `read_tracebacks` and
+    `moment_lines`, the functions `jobfit explain` calls, applied per row (a state machine over lines has no
+    built-in Spark equivalent)."""
+    # no hints: a plain UDF; non-deterministic so that the optimiser calls it once per row, not per field
+    read = F.udf(lambda text: _read_traceback(text), _TRACEBACK_STRUCT).asNondeterministic()
+    return (
+        df.withColumn("_tb", read(F.col(text_col)))
+        .withColumn("exception", F.col("_tb.exception"))
+        .withColumn("code", F.col("_tb.code"))
+        .withColumn("log_moments", F.col("_tb.moments"))
+        .drop("_tb")
+    )
 
 
 def with_text_diagnosis(df: DataFrame, text_col: str = "text") -> DataFrame:
     """Add log_pattern, log_cause, log_detail, log_confidence, log_evidence and the quoted numbers
     (log_xid, log_gpu_total_gib, log_gpu_tried_gib, log_nccl_timeout_ms, log_nccl_ran_ms, log_nccl_op,
-    log_exception) from the text column, with the same table and order as `classify_text`."""
+    log_exception) from the text column, with the same table and order as `classify_text`; and the
+    traceback's `exception` and `code` (`with_traceback`)."""
     text = F.col(text_col)
     # One flat CASE WHEN (first match wins) rather than nested ones: the optimiser handles it far faster.
     pattern_id = F.when(text.rlike(ci(LOG_PATTERNS[0].regex)), F.lit(LOG_PATTERNS[0].pattern_id))
@@ -46,7 +94,8 @@ def with_text_diagnosis(df: DataFrame, text_col: str = "text") -> DataFrame:
         return F.when(value != "", F.trim(value))
 
     return (
-        df.withColumn("log_pattern", pattern_id)
+        with_traceback(df, text_col)
+        .withColumn("log_pattern", pattern_id)
         .withColumn("log_evidence", evidence)
         .withColumn("log_cause", lookup("cause"))
         .withColumn("log_detail", lookup("detail"))
@@ -80,7 +129,8 @@ def parse_job_log_text(logs: DataFrame) -> DataFrame:
 
 def gpu_signals(samples: DataFrame, jobs: DataFrame) -> DataFrame:
     """Per job: the last system-fault Xid its GPUs reported (host, GPU index, time) from its start to
-    XID_GRACE_S after its end, and its VRAM peak and card size in bytes, from attributed samples."""
+    XID_GRACE_S after its end, its VRAM peak and card size in bytes, and `tel_moment`, its last samples
+    around the end (MOMENT_S before it), from attributed samples."""
     window = samples.alias("s").join(
         jobs.select("cluster", "job_id", "start_ts", "end_ts").alias("j"),
         on=(F.col("s.cluster") == F.col("j.cluster")) & (F.col("s.job_id") == F.col("j.job_id")),
@@ -92,6 +142,12 @@ def gpu_signals(samples: DataFrame, jobs: DataFrame) -> DataFrame:
     )
     is_fault = F.col("s.xid").isin(*SYSTEM_FAULT_XIDS)
     fault = F.struct(F.col("s.ts").alias("ts"), F.col("s.xid"), F.col("s.host"), F.col("s.gpu"))
+    end = F.col("j.end_ts")
+    at_moment = (F.col("s.ts") >= end - F.expr(f"INTERVAL {MOMENT_S} SECONDS")) & (
+        F.col("s.ts") <= end + F.expr("INTERVAL 60 SECONDS")
+    )
+    moment = F.struct(F.col("s.ts").alias("ts"), _sample_text().alias("text"))
+    last_samples = f"slice(_moment, greatest(size(_moment) - {MOMENT_SAMPLES - 1}, 1), {MOMENT_SAMPLES})"
     return (
         window.where(in_window)
         .groupBy(F.col("j.cluster").alias("cluster"), F.col("j.job_id").alias("job_id"))
@@ -100,6 +156,7 @@ def gpu_signals(samples: DataFrame, jobs: DataFrame) -> DataFrame:
             F.max("s.fb_used_bytes").alias("tel_vram_peak_bytes"),
             F.max("s.fb_total_bytes").alias("tel_vram_total_bytes"),
             F.first("s.model_name", ignorenulls=True).alias("tel_gpu_model"),
+            F.sort_array(F.collect_list(F.when(at_moment, moment))).alias("_moment"),
         )
         .select(
             "cluster",
@@ -111,7 +168,29 @@ def gpu_signals(samples: DataFrame, jobs: DataFrame) -> DataFrame:
             "tel_vram_peak_bytes",
             "tel_vram_total_bytes",
             "tel_gpu_model",
+            F.when(
+                F.size("_moment") > 0,
+                F.array_join(F.transform(F.expr(last_samples), lambda m: m["text"]), "; "),
+            ).alias("tel_moment"),
         )
+    )
+
+
+def _sample_text() -> Column:
+    """One GPU sample as the evidence quotes it: `02:13:50 g012 GPU 3: VRAM 79.1/80 GiB, util 98 %, 301 W`."""
+    return F.concat(
+        F.date_format("s.ts", "HH:mm:ss"),
+        F.lit(" "),
+        F.col("s.host"),
+        note(" GPU %d", F.col("s.gpu")),
+        F.lit(": VRAM "),
+        note("%.1f", F.col("s.fb_used_bytes") / GIB, default="?"),
+        F.lit("/"),
+        note("%.0f", F.col("s.fb_total_bytes") / GIB, default="?"),
+        F.lit(" GiB"),
+        note(", util %.0f %%", F.col("s.gpu_util_pct")),
+        note(", %.0f W", F.col("s.power_w")),
+        F.when(F.col("s.xid") > 0, F.format_string(", Xid %d", F.col("s.xid"))).otherwise(F.lit("")),
     )
 
 
@@ -130,6 +209,11 @@ def evidence() -> Column:
         "%s:%s",
         F.coalesce(F.col("exit_code").cast("string"), F.lit("?")),
         F.coalesce(F.col("exit_signal").cast("string"), F.lit("?")),
+    )
+    # the log's lines of the moment of failure, but not the matching line twice (as explain does)
+    moments = F.filter(
+        F.coalesce(F.col("log_moments"), F.array().cast("array<string>")),
+        lambda m: ~m.eqNullSafe(F.col("log_evidence")),
     )
     parts = [
         F.format_string("accounting: state %s, exit %s", F.col("state"), exit_txt),
@@ -159,9 +243,27 @@ def evidence() -> Column:
                 F.date_format("tel_xid_ts", "yyyy-MM-dd HH:mm:ss"),
             ),
         ),
+        F.when(F.col("tel_moment").isNotNull(), F.concat(F.lit("GPU before the end: "), F.col("tel_moment"))),
         F.when(
             F.col("log_evidence").isNotNull(),
             F.format_string("log (%s): %s", F.col("log_pattern"), F.col("log_evidence")),
+        ),
+        F.when(
+            F.size(moments) > 0,
+            F.array_join(F.transform(moments, lambda m: F.concat(F.lit("at the moment: "), m)), "; "),
+        ),
+        F.when(
+            F.col("exception").isNotNull(),
+            F.concat(
+                F.lit("traceback: "),
+                F.col("exception.type"),
+                F.when(
+                    F.col("code").isNotNull(),
+                    F.format_string(
+                        " at %s:%d in %s", F.col("code.file"), F.col("code.line"), F.col("code.function")
+                    ),
+                ).otherwise(F.lit("")),
+            ),
         ),
         F.when(~F.col("has_log"), F.lit("no log archived")),
         F.when(
@@ -203,7 +305,7 @@ def _with_signals(
         jobs.join(step_signals(steps), on=keys, how="left")
         .join(logs, on=keys, how="left")
         .join(gpu.withColumn("has_telemetry", F.lit(True)), on=keys, how="left")
-        .join(scripts.select("cluster", "job_id", "batch_size").dropDuplicates(keys), on=keys, how="left")
+        .join(_script_columns(scripts).dropDuplicates(keys), on=keys, how="left")
         .withColumn("has_log", F.coalesce(F.col("has_log"), F.lit(False)))
         .withColumn("has_telemetry", F.coalesce(F.col("has_telemetry"), F.lit(False)))
         .withColumn("gpu_model", F.coalesce(F.col("gpu_model"), F.col("tel_gpu_model")))
@@ -245,6 +347,17 @@ def _user_fixable() -> Column:
     )
 
 
+def _script_columns(scripts: DataFrame) -> DataFrame:
+    """(cluster, job_id, batch_size, script_text) of the job scripts (script_text null when not given)."""
+    text = F.col("script_text") if "script_text" in scripts.columns else F.lit(None).cast("string")
+    return scripts.select("cluster", "job_id", "batch_size", text.alias("script_text"))
+
+
+def _knob_note(script: str | None, cause: str | None) -> str:
+    """fix_table.knob_note for the script lines that set what the cause's fix turns ('' without a script)."""
+    return knob_note(script_knobs(script, cause)) if script and cause else ""
+
+
 def diagnose_failures(
     jobs: DataFrame,
     steps: DataFrame,
@@ -257,12 +370,14 @@ def diagnose_failures(
     """gold.failures rows for the given (already filtered) jobs: one primary cause each with evidence, fix,
     confidence, whether the user can fix it, and the GPU-hours, core-hours and USD the failed run used.
     `log_text` is (cluster, job_id, text); `gpu` is `gpu_signals(...)`; `scripts` is
-    (cluster, job_id, batch_size)."""
+    (cluster, job_id, batch_size[, script_text]): with the script's text, the fix names its lines that set
+    what the fix turns (`fix_table.KNOBS`, the function `jobfit explain --script` calls, per row)."""
+    knobs = F.udf(lambda script, cause: _knob_note(script, cause), "string")  # no hints: a plain UDF
     df = (
         with_rule(_with_signals(jobs, steps, log_text, gpu, scripts, cluster))
         .withColumn("user_fixable", _user_fixable())
         .withColumn("evidence", evidence())
-        .withColumn("suggested_fix", fix_message())
+        .withColumn("suggested_fix", F.concat(fix_message(), knobs(F.col("script_text"), F.col("cause"))))
         .withColumn(
             "xid", F.coalesce(F.col("tel_xid"), F.when(F.col("cause") == "gpu_hardware", F.col("log_xid")))
         )

@@ -67,6 +67,16 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
     LogPattern(
         "cuda_launch_failure", "software_error", "cuda_launch_failure", r"unspecified launch failure", 0.5
     ),
+    # A CUDA kernel's assert (`Loss.cu:250: ... Assertion `t >= 0 && t < n_classes` failed.`) surfaces
+    # later as "device-side assert triggered" at whatever line synchronised next.
+    LogPattern(
+        "cuda_device_assert",
+        "software_error",
+        "device_assert",
+        r"device-side assert(?:ion)? triggered|cudaErrorAssert|"
+        r"block: \[[\d,]+\], thread: \[[\d,]+\] Assertion",
+        0.85,
+    ),
     LogPattern(
         "import_error", "software_error", "import_error", r"\b(?:ModuleNotFoundError|ImportError)\b", 0.85
     ),
@@ -192,3 +202,25 @@ def classify_text(text: str | None) -> TextDiagnosis | None:
             evidence = line.strip()[:EVIDENCE_CHARS]
             return TextDiagnosis(p.pattern_id, p.cause, p.detail, p.confidence, evidence, log_facts(text))
     return None
+
+
+# Log lines that say what the machine was doing at the moment of failure, quoted with their times.
+MOMENT_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("gpu_xid", r"NVRM: Xid \([^)]*\): \d+"),
+    ("host_oom_killer", r"Out of memory: Kill(?:ed)? process|oom-kill:|invoked oom-killer"),
+    ("slurm_oom_kill", r"oom[-_]kill event"),
+    ("nccl_watchdog", r"Watchdog caught collective operation timeout"),
+    ("cuda_assert", r"Assertion `[^`]{1,500}` failed"),
+)
+MOMENT_LINES = 6  # most moment lines quoted in the evidence
+_MOMENT_RES = tuple((name, re.compile(p, re.I)) for name, p in MOMENT_PATTERNS)
+
+
+def moment_lines(text: str) -> list[str]:
+    """The log's lines that show the machine at the moment of failure (Xid, OOM killer, NCCL watchdog, CUDA
+    assert), as written (with their timestamps), the last MOMENT_LINES of them."""
+    out = []
+    for line in text.splitlines():
+        if any(rx.search(line) for _, rx in _MOMENT_RES):
+            out.append(line.strip()[:EVIDENCE_CHARS])
+    return out[-MOMENT_LINES:]
