@@ -1,9 +1,12 @@
-"""jobfit's schedule: each day ingest that day's drop folder and rebuild its month; each month retrain.
+"""jobfit's schedule: each day ingest that day's drop folder and rebuild its month; each month retrain,
+render the month's PDF reports and send the users' digests.
 
 DAG files only wire: every task runs one `jobfit` command for `{{ ds }}`; nothing of jobfit is imported
 at parse time. Per deployment, set the Airflow Variables `jobfit_bin` (default `jobfit`),
 `jobfit_cluster` (default `demo`) and `jobfit_drop` (default `/var/lib/jobfit/drop`), where each day's
-files land as `<drop>/<cluster>/<YYYY-MM-DD>/{sacct,dcgm,scripts,k8s,logs}/`.
+files land as `<drop>/<cluster>/<YYYY-MM-DD>/{sacct,dcgm,scripts,k8s,logs}/`; `jobfit_reports` (default
+`/var/lib/jobfit/reports`), where the monthly PDFs go; `jobfit_emails` (default `--outbox
+/var/lib/jobfit/outbox`; `--send` to use the SMTP relay in conf), how the digests leave.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ JOBFIT = "{{ var.value.get('jobfit_bin', 'jobfit') }}"
 CLUSTER = "{{ var.value.get('jobfit_cluster', 'demo') }}"
 DAY_DIR = "{{ var.value.get('jobfit_drop', '/var/lib/jobfit/drop') }}/" + CLUSTER + "/{{ ds }}"
 MONTH = "{{ logical_date.strftime('%Y-%m') }}"
+REPORTS = "{{ var.value.get('jobfit_reports', '/var/lib/jobfit/reports') }}"
+EMAILS = "{{ var.value.get('jobfit_emails', '--outbox /var/lib/jobfit/outbox') }}"
 PREVIOUS_MONTH = "{{ (logical_date.replace(day=1) - macros.timedelta(days=1)).strftime('%Y-%m') }}"
 DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=10)}
 
@@ -71,4 +76,12 @@ with DAG(
     )
     train = BashOperator(task_id="train", bash_command=f"{JOBFIT} train --cluster {CLUSTER} --json")
     evaluate = BashOperator(task_id="evaluate", bash_command=f"{JOBFIT} evaluate --cluster {CLUSTER} --json")
-    build_last >> train >> evaluate
+    report = BashOperator(
+        task_id="report",
+        bash_command=f"{JOBFIT} report --cluster {CLUSTER} --month {PREVIOUS_MONTH} --out {REPORTS} --json",
+    )
+    emails = BashOperator(
+        task_id="emails",
+        bash_command=f"{JOBFIT} emails --cluster {CLUSTER} --month {PREVIOUS_MONTH} {EMAILS} --json",
+    )
+    build_last >> train >> evaluate >> report >> emails

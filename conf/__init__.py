@@ -16,6 +16,11 @@ ENV_PREFIX = "JOBFIT_"
 CONF_DIR_VAR = "JOBFIT_CONF_DIR"
 # Not a setting either: the bearer token `jobfit serve` requires when set (a secret: never in conf/).
 SERVE_TOKEN_VAR = "JOBFIT_SERVE_TOKEN"
+# Not a setting: the SMTP password `jobfit emails --send` logs in with (a secret: never in conf/). A site may
+# name another variable in `smtp.password_env`.
+SMTP_PASSWORD_VAR = "JOBFIT_SMTP_PASSWORD"
+# The variables jobfit reads that are not settings.
+NON_SETTING_VARS = (CONF_DIR_VAR, SERVE_TOKEN_VAR, SMTP_PASSWORD_VAR)
 
 
 class ConfigError(ValueError):
@@ -43,12 +48,63 @@ class MlflowSettings(_Strict):
 
 
 class SmtpSettings(_Strict):
+    """The relay `jobfit emails --send` hands messages to; the password comes only from `password_env`."""
+
     host: str
-    port: int = 587
+    port: int = Field(587, ge=1, le=65535)
     user: str | None = None
-    password_env: str | None = None
+    password_env: str = SMTP_PASSWORD_VAR
     sender: str
-    starttls: bool = True
+    starttls: bool = True  # STARTTLS after connecting in plain text (port 587)
+    ssl: bool = False  # TLS from the first byte (SMTPS, port 465); starttls is then not used
+    timeout_s: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=0)  # further attempts after a temporary failure (4xx, lost connection)
+    backoff_s: float = Field(2.0, ge=0)  # wait before retry k: backoff_s * 2**(k-1)
+
+
+class EmailSettings(_Strict):
+    """Who gets a monthly digest (`jobfit emails`): thresholds on what is worth saying, an opt-out list."""
+
+    min_wasted_usd: float = Field(5.0, ge=0)  # a digest when the user wasted at least this many dollars ...
+    min_wasted_share_pct: float = Field(25.0, ge=0, le=100)  # ... and this share of their allocation,
+    min_failed_jobs: int = Field(1, ge=1)  # or had this many failed runs they could have prevented
+    max_recommendations: int = Field(3, ge=1)  # sbatch lines per digest, largest saving first
+    max_failures: int = Field(5, ge=1)  # failures listed per digest, most dollars lost first
+    domain: str = "localhost"  # recipient = <user>@<domain> unless `addresses` names one
+    addresses: dict[str, str] = Field(default_factory=dict)  # user -> e-mail address
+    opt_out: list[str] = Field(default_factory=list)  # users who receive no digest
+
+
+class ReferenceFigure(_Strict):
+    """A figure published elsewhere that the report puts beside ours, with what it measured."""
+
+    value_pct: float
+    source: str
+    measures: str
+
+
+class ReferenceFigures(_Strict):
+    """The seed's own public figures, set beside the month's where the measure is comparable."""
+
+    cpu_time_wasted: ReferenceFigure = ReferenceFigure(
+        value_pct=59.0,
+        source="Expanse blog (ARCHER2, 122,000 jobs, 7 days)",
+        measures="core-hour-weighted 1 - TotalCPU / (AllocCPUS x Elapsed) over completed jobs",
+    )
+    gpu_effective_use: ReferenceFigure = ReferenceFigure(
+        value_pct=35.0,
+        source="Expanse claim '30-40 % effective utilisation' (no public source found)",
+        measures="GPU clusters' effective utilisation (definition not given)",
+    )
+
+
+class ReportSettings(_Strict):
+    """What `jobfit report` shows: rows per ranking, months of trend, the reference figures."""
+
+    top_n: int = Field(10, ge=1)
+    trend_months: int = Field(6, ge=1, le=36)
+    user_jobs: int = Field(40, ge=1)  # jobs listed in a user report, most wasted dollars first
+    references: ReferenceFigures = Field(default_factory=ReferenceFigures)
 
 
 class PredictSettings(_Strict):
@@ -62,6 +118,8 @@ class Settings(_Strict):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     smtp: SmtpSettings | None = None
+    emails: EmailSettings = Field(default_factory=EmailSettings)
+    reports: ReportSettings = Field(default_factory=ReportSettings)
     predict: PredictSettings = Field(default_factory=PredictSettings)
 
 
@@ -162,8 +220,9 @@ def _env_path(name: str) -> list[str]:
 
 
 def env_names() -> list[str]:
-    """Every JOBFIT_* variable jobfit reads: JOBFIT_CONF_DIR, JOBFIT_SERVE_TOKEN, then one per setting."""
-    return [CONF_DIR_VAR, SERVE_TOKEN_VAR, *(env_name(path) for path in setting_paths())]
+    """Every JOBFIT_* variable jobfit reads: JOBFIT_CONF_DIR, JOBFIT_SERVE_TOKEN, JOBFIT_SMTP_PASSWORD, then
+    one per setting."""
+    return [*NON_SETTING_VARS, *(env_name(path) for path in setting_paths())]
 
 
 def _is_setting(path: list[str], model: type[BaseModel] = Settings) -> bool:
@@ -192,7 +251,7 @@ def _env_overrides(environ: Mapping[str, str], source: str) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     unknown: list[str] = []
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name in (CONF_DIR_VAR, SERVE_TOKEN_VAR):
+        if not name.startswith(ENV_PREFIX) or name in NON_SETTING_VARS:
             continue
         path = _env_path(name)
         if not _is_setting(path):

@@ -23,6 +23,8 @@ COMMANDS = (
     "recommend",
     "serve",
     "hooks",
+    "report",
+    "emails",
     "simulate",
     "demo",
 )
@@ -50,8 +52,6 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, ctx: Context | None = None) -> int:
-    """Run one command; returns the exit status (0 ok, 1 data check failed, 2 bad input)."""
 def _named_command(argv: Sequence[str]) -> tuple[str, ...]:
     """Only the command argv names, when it names one: importing every command's module pulls in Spark,
     which a command that needs none (`jobfit explain`) must not wait for."""
@@ -59,6 +59,8 @@ def _named_command(argv: Sequence[str]) -> tuple[str, ...]:
     return (words[0],) if words and words[0] in COMMANDS else COMMANDS
 
 
+def main(argv: Sequence[str] | None = None, ctx: Context | None = None) -> int:
+    """Run one command; returns the exit status (0 ok, 1 data check failed, 2 bad input)."""
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         args = build_parser(_named_command(argv)).parse_args(argv)

@@ -487,6 +487,26 @@ GOLD_CLUSTER_MONTH = _month_spec(
     ),
 )
 
+# Every monthly digest `jobfit emails` delivered (or could not): a re-run skips the users delivered here, so
+# nobody gets the same month twice by the same transport, and a run killed half-way sends only the rest.
+OPS_EMAIL_LEDGER = TableSpec(
+    name="ops.email_ledger",
+    schema=_fields(
+        ("cluster", S, False),
+        ("month", S, False),
+        ("user", S, False),
+        ("transport", S, False),  # smtp | outbox
+        ("recipient", S, False),
+        ("message_id", S, False),  # the Message-ID header (the same for a user's month on every run)
+        ("status", S, False),  # sent | written (outbox) | refused (the server refused the recipient)
+        ("detail", S, True),  # the server's reply for a refusal; the .eml path for the outbox
+        ("attempts", INT, False),
+        ("sent_at", TS, False),
+    ),
+    key=("cluster", "month", "user", "transport"),
+    grain="one user's monthly digest by one transport",
+)
+
 # Raw sources, one bronze table each.
 BRONZE_SOURCES = ("sacct", "k8s_pods", "job_scripts", "gpu_samples", "swf", "logs")
 
@@ -517,5 +537,6 @@ TABLES: dict[str, TableSpec] = {
         GOLD_USER_MONTH,
         GOLD_ACCOUNT_MONTH,
         GOLD_CLUSTER_MONTH,
+        OPS_EMAIL_LEDGER,
     )
 }

@@ -15,6 +15,7 @@ from conf import load_settings
 from jobs.cli import main
 from jobs.context import Context
 from jobs.io.spark import build_session
+from tests.report_month import built_month  # noqa: F401  (the month every report and e-mail test shares)
 
 REPO = Path(__file__).resolve().parents[1]
 # py4j logs "Closing down clientserver connection" from __del__ after pytest has closed its streams.

@@ -41,7 +41,7 @@ def test_every_task_runs_a_real_jobfit_command(dagbag) -> None:
             if command == "ingest":
                 assert source in SOURCES, f"{task.task_id}: jobfit ingest {source} does not exist"
             seen.add(command)
-    assert {"ingest", "build", "train", "evaluate"} <= seen
+    assert {"ingest", "build", "train", "evaluate", "report", "emails"} <= seen
 
 
 def test_daily_ingests_feed_the_build(dagbag) -> None:

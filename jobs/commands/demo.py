@@ -82,6 +82,32 @@ def _serve(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
     return ask_once(ctx, cluster, {"cluster": cluster, "user": user, "nodes": 1, "time_limit": "04:00:00"})
 
 
+def _busiest_user(out: Path) -> str:
+    """The simulated user with the most jobs (the demo's one user report)."""
+    import pandas as pd
+
+    jobs = pd.read_parquet(out / "truth.parquet", columns=["user"])
+    return str(jobs["user"].value_counts().idxmax())
+
+
+def _report_admin(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
+    from jobs.stages.report import make_reports
+
+    return make_reports(ctx, cluster, month, "admin", None, None, out / "reports")
+
+
+def _report_user(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
+    from jobs.stages.report import make_reports
+
+    return make_reports(ctx, cluster, month, "user", None, _busiest_user(out), out / "reports")
+
+
+def _emails(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
+    from jobs.stages.emails import send_digests
+
+    return send_digests(ctx, cluster, month, out / "outbox", send=False, dry_run=False)
+
+
 # The later stages, in order: (name, runner(ctx, cluster, month, out) -> what its command prints with
 # --json, the rest of the command line that does the same step on its own).
 _MONTH = ("--month", "{month}")
@@ -93,6 +119,9 @@ STAGES: tuple[tuple[str, Callable[[Context, str, str, Path], dict[str, Any]], tu
     ("evaluate", _evaluate, ()),
     ("hooks export", _hooks_export, ("--out", "{out}/slurm_job_submit_cache.tsv")),
     ("serve", _serve, ()),
+    ("report", _report_admin, (*_MONTH, "--audience", "admin", "--out", "{out}/reports")),
+    ("report", _report_user, (*_MONTH, "--user", "{user}", "--out", "{out}/reports")),
+    ("emails", _emails, (*_MONTH, "--outbox", "{out}/outbox")),
 )
 
 
@@ -161,6 +190,10 @@ def _headline(step: Step) -> str:
     if step.command == "failures" and "by_cause" in r:
         causes = ", ".join(f"{c} {v.get('jobs')}" for c, v in list(r["by_cause"].items())[:4])
         return f": {r.get('jobs')} jobs diagnosed ({causes}), ${r.get('lost_usd', 0):,.0f} lost"
+    if step.command == "report" and r.get("reports"):
+        return "".join(f": {x['path']} ({x['pages']} pages)" for x in r["reports"])
+    if step.command == "emails" and "written" in r:
+        return f": {r['written']} digest(s) written to {r['outbox']}"
     if step.command == "hooks export" and "entries" in r:
         return f": {r['entries']} cache entries for {r['users']} users in {r['out']}"
     if step.command == "serve" and isinstance(r.get("answer"), dict):
@@ -184,8 +217,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulate a month on the demo cluster, ingest it, run every stage, and summarise",
         description="The one command to see jobfit work: simulates a month of jobs (jobfit simulate) into "
         "--out, ingests every source with `jobfit ingest`'s runners, then runs each later stage "
-        "(build, failures, waste, train, evaluate, hooks export, and one request to jobfit serve) and "
-        "prints what it produced and where. "
+        "(build, failures, waste, train, evaluate, hooks export, one request to jobfit serve, the admin "
+        "report and one user's report as PDFs in DIR/reports, the e-mail digests as .eml files in "
+        "DIR/outbox) and prints what it produced and where. "
         "Tables go to the configured warehouse. Progress on stderr.",
     )
     add_common(p, cluster=False)
@@ -252,8 +286,14 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         report.steps.append(
             _run_step(ctx, f"ingest {source}", argv, partial(runner.run, ctx, paths, cluster.name, **options))
         )
+    user = _busiest_user(out)
     for name, stage, rest in STAGES:
-        argv = [*name.split(), "--cluster", cluster.name, *(a.format(month=month, out=out) for a in rest)]
+        argv = [
+            *name.split(),
+            "--cluster",
+            cluster.name,
+            *(a.format(month=month, out=out, user=user) for a in rest),
+        ]
         report.steps.append(_run_step(ctx, name, argv, partial(stage, ctx, cluster.name, month, out)))
     report.tables = _table_counts(ctx)
     report.seconds = round(time.monotonic() - started, 1)
