@@ -22,6 +22,7 @@ COMMANDS = (
     "evaluate",
     "recommend",
     "serve",
+    "estimate",
     "hooks",
     "report",
     "emails",

@@ -11,11 +11,14 @@ import pandas as pd
 
 from features.query import history_index
 from features.table import TARGETS, filter_usable, with_script_key, with_targets
+from features.workload import entry_points, referenced_files
 from jobs.commands import add_common
+from jobs.commands.estimate import read_named
 from jobs.context import Context, UsageError
 from jobs.io.prediction import gpu_memory_bytes, read_jobs
 from models.recommend import MIN_USER_HISTORY
 from models.serving.answer import recommendation
+from models.serving.code import code_estimate
 from pipelines.silver.scripts import parse_script
 
 if TYPE_CHECKING:  # MLflow loads in a second or more: only the commands that use it import it
@@ -76,9 +79,15 @@ def user_history(
 
 
 def recommend(
-    ctx: Context, text: str, cluster: str, user: str, fresh_history: bool = False
+    ctx: Context,
+    text: str,
+    cluster: str,
+    user: str,
+    fresh_history: bool = False,
+    sources: dict[str, str] | None = None,
 ) -> dict[str, object]:
-    """The recommendation payload (documented in docs/cli.md) for one script, cluster and user."""
+    """The recommendation payload (documented in docs/cli.md) for one script, cluster and user; `sources`
+    are the files its entry points name (path as named -> text), read for the code-aware estimate."""
     from jobs.io.registry import configure, load_champion
 
     info = parse_script(text)
@@ -91,6 +100,7 @@ def recommend(
     config = ctx.cluster_config(cluster)[0]  # read once: a cluster without a yaml is said once
     gpu_mem = gpu_memory_bytes(config)
     history, source = user_history(ctx, client, cluster, user, fresh_history, gpu_mem)
+    code = code_estimate(text, sources, info, gpu_mem)
     return recommendation(
         info,
         cluster,
@@ -101,11 +111,15 @@ def recommend(
         history_index(history),
         source,
         gpu_mem,
+        code,
     )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    payload = recommend(ctx, _read_script(args.script), args.cluster, args.user, args.fresh_history)
+    text = _read_script(args.script)
+    folder = Path.cwd() if args.script == "-" else Path(args.script).resolve().parent
+    sources = read_named(folder, referenced_files(entry_points(text)))
+    payload = recommend(ctx, text, args.cluster, args.user, args.fresh_history, sources)
     ctx.emit(payload, args.json, text=_text(payload))
     return 0
 
@@ -114,8 +128,13 @@ def _text(payload: dict[str, object]) -> str:
     source = payload["history_source"]
     seen = f"history from {source['source']} as of {source['taken_at']}"  # type: ignore[index]
     head = f"{payload['user']} on {payload['cluster']} ({payload['history_jobs']} finished jobs; {seen})"
+    verdict = _verdict(payload.get("code_estimate"))  # type: ignore[arg-type]
     if payload["status"] != "ok":
-        return f"{head}: not enough history — {payload['why']}"
+        vram = payload["targets"].get("vram", {})  # type: ignore[attr-defined]
+        lines = [f"{head}: not enough history — {payload['why']}"]
+        if vram.get("status") == "code_estimate":
+            lines.append(f"  vram from the code alone: #SBATCH {vram['flag']} ({vram['why']})")
+        return "\n".join(lines + verdict)
     lines = [f"{head}: #SBATCH {' '.join(payload['flags'])}"]  # type: ignore[arg-type]
     for target, info in payload["targets"].items():  # type: ignore[attr-defined]
         if info["status"] != "ok":
@@ -127,4 +146,22 @@ def _text(payload: dict[str, object]) -> str:
     lines.append(
         "  expected saving per run: " + (", ".join(parts) or "unknown (the script states no request)")
     )
-    return "\n".join(lines)
+    return "\n".join(lines + verdict)
+
+
+def _verdict(code: dict[str, object] | None) -> list[str]:
+    """The code-aware estimate as lines: the peak, the fit verdict and the changes that fit."""
+    if not code:
+        return []
+    if code.get("status") != "ok":
+        return [f"  code estimate: {code.get('status')} ({code.get('why')})"]
+    peak = float(code["peak_vram_bytes"]) / 1e9  # type: ignore[arg-type]
+    line = f"  code estimate: {peak:.2f} GB per GPU ({code.get('architecture')})"
+    if code.get("fits") is False:
+        line += f" — WILL NOT FIT one {code['gpu_model']} ({float(code['gpu_mem_bytes']) / 1e9:.2f} GB)"  # type: ignore[arg-type]
+    elif code.get("fits"):
+        line += f", fits one {code['gpu_model']}"
+    out = [line]
+    for change in code.get("changes_that_fit") or []:  # type: ignore[attr-defined]
+        out.append(f"    fits with: {change['what']} -> {float(change['peak_vram_bytes']) / 1e9:.2f} GB")
+    return out

@@ -11,7 +11,8 @@ import pandas as pd
 from conf import ClusterConfig
 from features.query import HistoryIndex, query_features
 from features.table import TARGETS
-from models.recommend import MIN_USER_HISTORY, assemble, query_values
+from features.vram import CODE_ONLY_MARGIN
+from models.recommend import MIN_USER_HISTORY, assemble, choose_gpu, query_values
 from models.train import OneRow
 from pipelines.silver.scripts import ScriptInfo
 
@@ -32,11 +33,13 @@ def recommendation(
     history: HistoryIndex,
     source: dict[str, object],
     gpu_mem_bytes: dict[str, float] | None = None,
+    code: dict[str, object] | None = None,
 ) -> dict[str, object]:
     """Flags, per-target status and expected saving for one script of one user on one cluster, from the
     cluster's finished jobs (`history`, indexed by user and script) and the champion (predictor, version)
     per target (None where a target has none). Answers `not_enough_history` (and why) under
-    MIN_USER_HISTORY jobs of the user."""
+    MIN_USER_HISTORY jobs of the user; then a readable workload (`code`: `models.serving.code.code_estimate`)
+    still gives the VRAM target from its code, with a margin and a note saying so."""
     n_history = history.jobs(user)
     payload: dict[str, object] = {
         "cluster": cluster,
@@ -52,12 +55,17 @@ def recommendation(
             f"least {MIN_USER_HISTORY} (the models and their calibration rely on the user's own history)"
         )
         targets = {t: {"status": "not_enough_history", "why": why} for t in TARGETS}
+        flags: list[str] = []
+        if code and code.get("status") == "ok" and (info.req_gpus or 0) > 0:
+            targets["vram"] = _code_target(code, info, config)
+            flags = [str(targets["vram"]["flag"])]
         return payload | {
             "status": "not_enough_history",
             "why": why,
-            "flags": [],
+            "flags": flags,
             "targets": targets,
             "expected_saving": None,
+            "code_estimate": code,
         }
     values = query_features(query_values(info, user, submit_ts, gpu_mem_bytes), info.as_row(), history)
     row = OneRow(values)
@@ -76,6 +84,8 @@ def recommendation(
     answer = assemble(values, predictions, config)
     for target, values in answer["targets"].items():  # type: ignore[union-attr]
         status[target].update(values)
+    if code and code.get("status") == "ok" and "vram" in status:
+        status["vram"]["code_estimate_bytes"] = code["recommended_vram_bytes"]
     flags = [status[t]["flag"] for t in TARGETS if "flag" in status[t]]
     return payload | {
         "status": "ok",
@@ -83,4 +93,25 @@ def recommendation(
         "flags": flags,
         "targets": status,
         "expected_saving": answer["expected_saving"],
+        "code_estimate": code,
+    }
+
+
+def _code_target(
+    code: dict[str, object], info: ScriptInfo, config: ClusterConfig | None
+) -> dict[str, object]:
+    """The VRAM target from the code estimate alone (no history): per GPU, with CODE_ONLY_MARGIN."""
+    per_gpu = float(code["recommended_vram_bytes"])  # type: ignore[arg-type]
+    gpus = int(info.req_gpus or 1)
+    choice = choose_gpu(per_gpu, config)
+    name = (choice or {}).get("mig_profile") or (choice or {}).get("gpu_model")
+    return {
+        "status": "code_estimate",
+        "why": f"no history: estimated from the workload's code and config (docs/vram.md), plus "
+        f"{round(CODE_ONLY_MARGIN * 100)} % margin",
+        "recommended_bytes": per_gpu * gpus,
+        "gpus": gpus,
+        "gpu": choice,
+        "fits_requested": code.get("fits"),
+        "flag": f"--gres=gpu:{name}:{gpus}" if name else f"--gres=gpu:{gpus}",
     }

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from models.serving.answer import recommendation
+from models.serving.code import code_estimate
 from models.serving.job import job_info
 from models.serving.k8s import PodAsk, admission_response
 from models.serving.metrics import Metrics
@@ -175,6 +176,8 @@ def _answer(
     """The recommendation, or a status saying why there is none (hooks fail open on any of them)."""
     base: dict[str, object] = {"cluster": body.cluster, "user": body.user, "script_hash": info.script_hash}
     cluster = state.clusters.get(body.cluster) if state else None
+    code = code_estimate(body.script, body.sources, info, cluster.gpu_mem_bytes if cluster else None)
+    base["code_estimate"] = code
     if cluster is None:
         served = ", ".join(sorted(state.clusters)) if state else "none"
         why = f"cluster {body.cluster!r} is not served here (serving: {served})"
@@ -197,6 +200,7 @@ def _answer(
         cluster.history,
         cluster.source,
         cluster.gpu_mem_bytes,
+        code,
     )
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 # Names as Slurm and Kubernetes allow them: no spaces, no shell or path tricks.
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.@+\-]*$"
@@ -14,6 +14,9 @@ _MEM = r"^[0-9]{1,9}(\.[0-9]{1,3})?[KkMmGgTt]?[Bb]?$"
 _TIME = r"^([0-9]{1,3}-)?[0-9]{1,6}(:[0-9]{1,2}){0,2}$"
 # GRES/TRES GPU request: gpu, gpu:2, gpu:a100:2, gpu:1g.10gb:1 (comma-separated lists allowed).
 _GRES = r"^[A-Za-z0-9_./:\-]+(,[A-Za-z0-9_./:\-]+)*$"
+# A file the script names, as named (no control characters), and its text (256 KiB at most).
+SourceName = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")]
+SourceText = Annotated[str, StringConstraints(max_length=256 * 1024)]
 
 
 class RecommendRequest(BaseModel):
@@ -38,6 +41,12 @@ class RecommendRequest(BaseModel):
     time_limit: str | None = Field(None, pattern=_TIME, examples=["12:00:00"], description="sbatch --time")
     gres: str | None = Field(None, max_length=200, pattern=_GRES, examples=["gpu:a100:2"])
     array_size: int | None = Field(None, ge=1, le=1_000_000, description="tasks in the job array")
+    sources: dict[SourceName, SourceText] | None = Field(
+        None,
+        max_length=8,
+        description="the files the script's entry points name (path as named -> text; at most 8, 256 KiB "
+        "each): the training script and its --config/--deepspeed files, read statically (docs/vram.md)",
+    )
 
 
 class HistorySource(BaseModel):
@@ -73,6 +82,12 @@ class RecommendResponse(BaseModel):
         default_factory=dict, description="per target (mem, cpus, vram, runtime): status, why or values"
     )
     expected_saving: dict[str, float | None] | None = None
+    code_estimate: dict[str, Any] | None = Field(
+        None,
+        description="the estimate from the workload's own code and config: status, why, "
+        "peak_allocated_bytes, peak_vram_bytes, terms, gpu_model, gpu_mem_bytes, fits, changes_that_fit "
+        "(docs/vram.md)",
+    )
 
 
 class ErrorResponse(BaseModel):

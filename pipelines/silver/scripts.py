@@ -530,6 +530,12 @@ def _body(text: str) -> str:
     return body
 
 
+def script_commands(text: str) -> str:
+    """The script's command lines as the shell would run them (comments dropped, `\\` continuations
+    joined, literal variables substituted): what the workload capture reads entry points from."""
+    return _body(text)
+
+
 def _first(pattern: re.Pattern[str], body: str) -> str | None:
     m = pattern.search(body)
     if not m:
