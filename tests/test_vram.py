@@ -88,3 +88,19 @@ def test_terms_follow_the_method_precision_and_sharding() -> None:
     assert longer.terms["activations"] == pytest.approx(4 * full.terms["activations"])  # type: ignore[union-attr]
     assert estimate(Workload(model="unknown-net")) is None
     assert estimate(Workload(model="unknown-net-7b", params=7e9)) is not None
+
+
+def test_code_only_vram_target_names_the_cheapest_card_that_holds_it() -> None:
+    """No history: the VRAM target from the code gives a --gres flag for a card that holds the estimate
+    (with the margin), and none when no card of the cluster does."""
+    from conf import load_cluster
+    from models.serving.answer import _code_target
+    from pipelines.silver.scripts import parse_script
+
+    demo = load_cluster("demo")
+    info = parse_script("#!/bin/bash\n#SBATCH --gres=gpu:2\npython train.py\n")
+    small = _code_target({"status": "ok", "recommended_vram_bytes": 30 * 2**30, "fits": True}, info, demo)
+    assert small["flag"].startswith("--gres=gpu:") and small["flag"].endswith(":2")
+    assert small["gpu"]["memory_gib"] >= 30 and small["recommended_bytes"] == 2 * 30 * 2**30
+    huge = _code_target({"status": "ok", "recommended_vram_bytes": 500 * 2**30, "fits": False}, info, demo)
+    assert "flag" not in huge and huge["gpu"] is None and "no GPU of this cluster" in huge["why"]

@@ -133,7 +133,8 @@ def _text(payload: dict[str, object]) -> str:
         vram = payload["targets"].get("vram", {})  # type: ignore[attr-defined]
         lines = [f"{head}: not enough history — {payload['why']}"]
         if vram.get("status") == "code_estimate":
-            lines.append(f"  vram from the code alone: #SBATCH {vram['flag']} ({vram['why']})")
+            flag = f"#SBATCH {vram['flag']} " if "flag" in vram else ""
+            lines.append(f"  vram from the code alone: {flag}({vram['why']})")
         return "\n".join(lines + verdict)
     lines = [f"{head}: #SBATCH {' '.join(payload['flags'])}"]  # type: ignore[arg-type]
     for target, info in payload["targets"].items():  # type: ignore[attr-defined]

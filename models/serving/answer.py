@@ -58,7 +58,7 @@ def recommendation(
         flags: list[str] = []
         if code and code.get("status") == "ok" and (info.req_gpus or 0) > 0:
             targets["vram"] = _code_target(code, info, config)
-            flags = [str(targets["vram"]["flag"])]
+            flags = [str(targets["vram"]["flag"])] if "flag" in targets["vram"] else []
         return payload | {
             "status": "not_enough_history",
             "why": why,
@@ -105,13 +105,18 @@ def _code_target(
     gpus = int(info.req_gpus or 1)
     choice = choose_gpu(per_gpu, config)
     name = (choice or {}).get("mig_profile") or (choice or {}).get("gpu_model")
-    return {
+    why = (
+        f"no history: estimated from the workload's code and config (docs/vram.md), plus "
+        f"{round(CODE_ONLY_MARGIN * 100)} % margin"
+    )
+    target: dict[str, object] = {
         "status": "code_estimate",
-        "why": f"no history: estimated from the workload's code and config (docs/vram.md), plus "
-        f"{round(CODE_ONLY_MARGIN * 100)} % margin",
+        "why": why if name else f"{why}; no GPU of this cluster holds it, so no --gres to suggest",
         "recommended_bytes": per_gpu * gpus,
         "gpus": gpus,
         "gpu": choice,
         "fits_requested": code.get("fits"),
-        "flag": f"--gres=gpu:{name}:{gpus}" if name else f"--gres=gpu:{gpus}",
     }
+    if name:  # a flag only where it names a card: `--gres=gpu:N` alone would repeat the request
+        target["flag"] = f"--gres=gpu:{name}:{gpus}"
+    return target
