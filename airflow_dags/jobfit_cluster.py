@@ -4,8 +4,8 @@ render the month's PDF reports and send the users' digests.
 DAG files only wire: every task runs one `jobfit` command for `{{ ds }}`; nothing of jobfit is imported
 at parse time. Per deployment, set the Airflow Variables `jobfit_bin` (default `jobfit`),
 `jobfit_cluster` (default `demo`) and `jobfit_drop` (default `/var/lib/jobfit/drop`), where each day's
-files land as `<drop>/<cluster>/<YYYY-MM-DD>/{sacct,dcgm,scripts,k8s,logs}/`; `jobfit_reports` (default
-`/var/lib/jobfit/reports`), where the monthly PDFs go; `jobfit_emails` (default `--outbox
+files land as `<drop>/<cluster>/<YYYY-MM-DD>/{sacct,dcgm,scripts,k8s,k8s_metrics,logs}/`; `jobfit_reports`
+(default `/var/lib/jobfit/reports`), where the monthly PDFs go; `jobfit_emails` (default `--outbox
 /var/lib/jobfit/outbox`; `--send` to use the SMTP relay in conf), how the digests leave.
 """
 
@@ -31,6 +31,7 @@ SOURCES = (
     ("ingest_scripts", "scripts", "scripts"),
     ("ingest_dcgm", "dcgm", "dcgm"),
     ("ingest_k8s", "k8s", "k8s"),
+    ("ingest_k8s_metrics", "k8s_metrics", "k8s-metrics"),
     ("ingest_logs", "logs", "logs"),
 )
 

@@ -111,6 +111,26 @@ class PredictSettings(_Strict):
     underprovision_rate: float = Field(0.02, gt=0, lt=0.5)
 
 
+class BottleneckSettings(_Strict):
+    """Thresholds of the bottleneck findings (`jobfit bottlenecks`; sources in docs/bottlenecks.md)."""
+
+    input_bound_pct: float = Field(10.0, ge=0, le=100)  # DataLoader share of step time
+    launch_runtime_pct: float = Field(20.0, ge=0, le=100)  # CUDA runtime share of step time ...
+    launch_short_kernel_us: float = Field(10.0, gt=0)  # ... and most kernels shorter than this
+    launch_short_kernel_pct: float = Field(50.0, ge=0, le=100)
+    sync_pct: float = Field(10.0, ge=0, le=100)  # host time blocked in synchronising calls
+    memcpy_pct: float = Field(10.0, ge=0, le=100)  # memcpy share of step time
+    communication_pct: float = Field(10.0, ge=0, le=100)  # NCCL time not overlapped with compute
+    tensor_core_gemm_pct: float = Field(20.0, ge=0, le=100)  # GEMM/conv share of kernel time ...
+    tensor_core_fp32_pct: float = Field(80.0, ge=0, le=100)  # ... of which ran without Tensor Cores
+    occupancy_pct: float = Field(25.0, ge=0, le=100)  # time-weighted achieved occupancy below this
+    occupancy_kernel_pct: float = Field(30.0, ge=0, le=100)  # when kernels fill this share of the step
+    straggler_ratio: float = Field(1.2, gt=1)  # a rank's mean step over the median rank's
+    idle_pct: float = Field(50.0, ge=0, le=100)  # HTA idle share of the GPU span
+    kernel_wait_us: float = Field(30.0, ge=0)  # HTA's consecutive_kernel_delay
+    dcgm_min_samples: int = Field(3, ge=1)  # DCGM profiling samples a job needs to be classified
+
+
 class Settings(_Strict):
     warehouse: str = "./warehouse"
     outbox: str = "./outbox"
@@ -121,6 +141,7 @@ class Settings(_Strict):
     emails: EmailSettings = Field(default_factory=EmailSettings)
     reports: ReportSettings = Field(default_factory=ReportSettings)
     predict: PredictSettings = Field(default_factory=PredictSettings)
+    bottlenecks: BottleneckSettings = Field(default_factory=BottleneckSettings)
 
 
 class PartitionSpec(_Strict):
@@ -129,6 +150,49 @@ class PartitionSpec(_Strict):
     mem_gib_per_node: float = Field(gt=0)
     gpus_per_node: int = Field(0, ge=0)
     gpu_model: str | None = None
+    # The partition's MaxTime as slurm.conf states it (`7-00:00:00`, `2-12:00`, `48:00:00`, minutes `2880`,
+    # `UNLIMITED`): resolves a job's `Timelimit = Partition_Limit` (docs/jobstats.md). None: not stated.
+    max_time: str | None = None
+
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _max_time_form(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, str):
+            max_time_s(value)  # raises ValueError naming the text
+        return value
+
+    @property
+    def max_time_s(self) -> int | None:
+        """MaxTime in seconds; None when UNLIMITED or not stated (`is_unlimited` tells them apart)."""
+        return None if self.max_time is None else max_time_s(self.max_time)
+
+    @property
+    def is_unlimited(self) -> bool:
+        return self.max_time is not None and self.max_time.strip().upper() in ("UNLIMITED", "INFINITE")
+
+
+def max_time_s(text: str) -> int | None:
+    """A slurm.conf MaxTime in seconds: `[D-]HH:MM:SS`, `D-HH[:MM]`, `MM:SS`, `MM` (minutes); UNLIMITED and
+    INFINITE → None. ValueError naming the text otherwise."""
+    s = text.strip()
+    if s.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = s.rpartition("-") if "-" in s else ("0", "", s)
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        raise ValueError(f"not a Slurm time limit: {text!r}")
+    nums = [int(p) for p in parts]
+    if "-" in s:  # D-HH[:MM[:SS]]
+        h, m, sec = [*nums, 0, 0][:3]
+    elif len(nums) == 1:  # minutes
+        h, m, sec = 0, nums[0], 0
+    elif len(nums) == 2:  # MM:SS
+        h, m, sec = 0, nums[0], nums[1]
+    else:
+        h, m, sec = nums
+    return int(days) * 86400 + h * 3600 + m * 60 + sec
 
 
 class GpuModelSpec(_Strict):

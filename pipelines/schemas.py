@@ -103,7 +103,7 @@ QUARANTINE = TableSpec(
     name="quarantine",
     schema=_fields(
         ("cluster", S, False),
-        ("source", S, False),  # sacct | k8s | scripts | dcgm | swf | logs
+        ("source", S, False),  # sacct | k8s | k8s-metrics | scripts | dcgm | swf | logs | profiler
         ("source_file", S, False),
         ("line_no", L, False),
         ("raw", S, True),
@@ -147,6 +147,7 @@ SILVER_JOBS = TableSpec(
         ("end_ts", TS, True),
         ("elapsed_s", L, True),
         ("timelimit_s", L, True),  # null when UNLIMITED or unknown
+        ("is_partition_timelimit", B, True),  # Slurm Timelimit = Partition_Limit (gold resolves it)
         ("req_cpus", INT, True),
         ("alloc_cpus", INT, True),
         ("req_mem_bytes", L, True),  # whole-job total (per-CPU/per-node requests multiplied out)
@@ -208,6 +209,73 @@ SILVER_JOB_STEPS = TableSpec(
     newer=NewerWins(),
 )
 
+# Princeton jobstats summaries from sacct's AdminComment (`JS1:`; pipelines/silver/jobstats.py,
+# docs/jobstats.md): per job the sums, per node and per GPU the values as jobstats wrote them (nested). A
+# figure the summary lacks is null, never 0; a job-level sum is null unless every node reports it.
+JOBSTATS_GPU_STRUCT = _fields(
+    ("gpu", S, True),  # the GPU's index on its node, as jobstats keys it
+    ("util_pct", D, True),  # mean utilisation over the job
+    ("mem_used_bytes", L, True),  # peak memory used
+    ("mem_total_bytes", L, True),  # the card's memory
+)
+JOBSTATS_NODE_STRUCT = _fields(
+    ("host", S, True),
+    ("cpus", INT, True),
+    ("cpu_time_s", D, True),  # CPU time used on the node (all its CPUs)
+    ("mem_used_bytes", L, True),  # the node's peak memory (cgroup)
+    ("mem_total_bytes", L, True),  # memory allocated on the node (cgroup limit; 0 in the JSON → null)
+    ("gpus", T.ArrayType(JOBSTATS_GPU_STRUCT, containsNull=True), True),
+)
+SILVER_JOBSTATS = TableSpec(
+    name="silver.jobstats",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),
+        ("state", S, False),  # of the sacct job record the summary came with (newer-wins)
+        ("start_ts", TS, True),
+        ("end_ts", TS, True),
+        ("run_time_s", D, True),  # the summary's total_time: the job's run time
+        ("gpus_declared", INT, True),  # the summary's "gpus" (a bool in old summaries: 0/1)
+        ("nodes_n", INT, False),
+        ("cpus", INT, True),  # sums over nodes
+        ("cpu_time_s", D, True),
+        ("mem_used_bytes", L, True),
+        ("mem_total_bytes", L, True),
+        ("gpus_n", INT, False),  # GPUs the summary has figures for
+        ("gpus_util_n", INT, False),  # of which with a utilisation
+        ("gpu_util_mean_pct", D, True),  # mean over the GPUs with a utilisation
+        ("gpu_mem_peak_bytes", L, True),  # the largest GPU memory peak
+        ("gpu_mem_card_bytes", L, True),  # the largest card
+        ("nodes", T.ArrayType(JOBSTATS_NODE_STRUCT, containsNull=True), False),
+        ("source_file", S, True),
+        ("line_no", L, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id"),
+    grain="one job's jobstats summary (its nodes and GPUs nested)",
+    newer=NewerWins(),
+)
+
+# Slurm partitions as `scontrol show partition -o` prints them (jobfit ingest partitions): what resolves a
+# job's `Timelimit = Partition_Limit` when the cluster's yaml does not state the partition's max_time.
+SILVER_PARTITIONS = TableSpec(
+    name="silver.partitions",
+    schema=_fields(
+        ("cluster", S, False),
+        ("partition", S, False),
+        ("max_time_s", L, True),  # MaxTime; null when UNLIMITED
+        ("is_unlimited", B, False),  # MaxTime=UNLIMITED (no limit, as opposed to unknown)
+        ("default_time_s", L, True),  # DefaultTime; null when NONE
+        ("state", S, True),  # UP | DOWN | DRAIN | INACTIVE
+        ("raw", S, True),
+        ("source_file", S, True),
+        ("line_no", L, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "partition"),
+    grain="one Slurm partition as last dumped",
+)
+
 
 # One GPU (or MIG instance) sample at one time, from dcgm-exporter scrapes or archives. A GPU shared by
 # N jobs is scraped as N labelled copies of each series: one row per copy, never summed.
@@ -239,6 +307,55 @@ SILVER_GPU_SAMPLES = TableSpec(
     ),
     key=("cluster", "host", "device", "ts", "label_job"),
     grain="one GPU or MIG-instance sample at one timestamp (per label copy)",
+)
+
+# One container (or pod cgroup) usage sample of a Kubernetes pod at one time, from kubelet /metrics/resource
+# or cAdvisor /metrics/cadvisor scrapes and archives (`jobfit ingest k8s-metrics`; docs/k8s-metrics.md).
+SILVER_POD_SAMPLES = TableSpec(
+    name="silver.pod_samples",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),  # namespace/pod: silver.jobs' key of the pod
+        ("namespace", S, False),
+        ("pod", S, False),
+        ("container", S, False),  # "" = the pod cgroup (cAdvisor container="", kubelet pod_*); POD = pause
+        ("form", S, False),  # resource (kubelet /metrics/resource) | cadvisor (has id/image/name labels)
+        ("series", S, False),  # cAdvisor's cgroup `id` (a restarted container is a new one); "" otherwise
+        ("ts", TS, False),
+        ("cpu_usage_s", D, True),  # container_cpu_usage_seconds_total: the counter's value, core-seconds
+        ("mem_working_set_bytes", L, True),  # container_memory_working_set_bytes
+        ("host", S, True),  # the node (label node, else instance) when the scrape says
+        ("source_file", S, True),
+        ("line_no", L, True),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id", "container", "form", "series", "ts"),
+    grain="one container (or pod cgroup) series of a pod at one timestamp",
+)
+
+# What a pod used, from silver.pod_samples (pipelines/silver/k8s_metrics.py states the rules); joined to
+# silver.jobs (source k8s) by job_id for gold's CPU and memory waste and the features.
+SILVER_POD_USAGE = TableSpec(
+    name="silver.pod_usage",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),  # namespace/pod
+        ("namespace", S, False),
+        ("pod", S, False),
+        ("cpu_used_s", D, True),  # reset-aware increase of the CPU counters from 0, summed over containers
+        ("mem_peak_bytes", L, True),  # max over time of the per-timestamp sum of working sets
+        ("level", S, False),  # containers (named, without POD) | pod (the pod cgroup: no named series)
+        ("form", S, False),  # resource | cadvisor: the form read (resource when a pod has both)
+        ("containers", INT, False),  # container series summed (a restart in cAdvisor form is a new one)
+        ("samples", L, False),  # timestamps with a sample
+        ("first_ts", TS, False),
+        ("last_ts", TS, False),
+        ("cpu_resets", INT, False),  # counter drops read as restarts
+        ("max_gap_s", D, True),  # the longest time between two samples of one series
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id"),
+    grain="one Kubernetes pod with usage samples",
 )
 
 # One job script by content; silver.job_scripts links jobs to it.
@@ -282,6 +399,34 @@ SILVER_JOB_SCRIPTS = TableSpec(
     ),
     key=("cluster", "job_id"),
     grain="one job's batch script",
+)
+
+# The files a job's entry points read (its training script, configs), by content, from an archive's side
+# folder of sources per job (`jobfit ingest scripts --sources DIR`); silver.job_sources links jobs to them.
+SILVER_SOURCES = TableSpec(
+    name="silver.sources",
+    schema=_fields(
+        ("cluster", S, False),
+        ("source_hash", S, False),  # sha256 of the file's bytes
+        ("bytes", L, False),
+        ("text", S, False),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "source_hash"),
+    grain="one distinct source file of a job (by content hash)",
+)
+
+SILVER_JOB_SOURCES = TableSpec(
+    name="silver.job_sources",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),
+        ("path", S, False),  # relative to the job's folder, as the job script names it
+        ("source_hash", S, False),
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "job_id", "path"),
+    grain="one source file of one job",
 )
 
 # The last bytes of a job's stdout/stderr as archived, for failure diagnosis (jobfit ingest logs).
@@ -349,6 +494,133 @@ GOLD_FAILURES = TableSpec(
     grain="one failed, timed-out, OOM, node-failed, preempted or cancelled job",
 )
 
+# PyTorch profiler (Kineto/CUPTI) traces: one row per trace file, and its complete events as typed columns
+# (pipelines/silver/profiler.py). Events belong to their trace; the trace row carries the job it belongs to.
+SILVER_PROFILER_TRACES = TableSpec(
+    name="silver.profiler_traces",
+    schema=_fields(
+        ("cluster", S, False),
+        ("trace_id", S, False),  # sha256 of the decompressed trace
+        ("source_file", S, False),
+        ("file_bytes", L, False),  # decompressed size
+        ("schema_gen", S, False),  # legacy (PyTorch <= 1.9 categories) | kineto
+        ("rank", INT, True),  # distributedInfo.rank, else a rank in the file name
+        ("world_size", INT, True),
+        ("backend", S, True),  # nccl | gloo | ...
+        ("host", S, True),  # host_name in the trace, else from a `<host>_<pid>.<ts>.pt.trace.json` name
+        ("pid", L, True),  # the host process with the most events
+        ("device_name", S, True),  # deviceProperties[0].name
+        ("compute_major", INT, True),
+        ("compute_minor", INT, True),
+        ("device_mem_bytes", L, True),
+        ("start_ts", TS, True),  # first host event, UTC (null when the trace cannot be placed in time)
+        ("end_ts", TS, True),
+        ("events", L, False),  # complete events kept in silver.profiler_events
+        ("rejected_events", L, False),  # events quarantined
+        ("has_steps", B, False),  # ProfilerStep#N markers present
+        ("has_stacks", B, False),  # Call stack args or python_function events present
+        ("job_id", S, True),  # silver.jobs key; null when unattributed
+        ("attribution", S, False),  # flag | path | host_time | ambiguous | unattributed
+        ("attribution_detail", S, False),  # why: the flag, the path part, the candidates, or what was missing
+        ("ingested_at", TS, False),
+    ),
+    key=("cluster", "trace_id"),
+    grain="one profiler trace file (one rank of one run)",
+)
+
+SILVER_PROFILER_EVENTS = TableSpec(
+    name="silver.profiler_events",
+    schema=_fields(
+        ("cluster", S, False),
+        ("trace_id", S, False),
+        ("event_no", L, False),  # index in traceEvents
+        # cpu_op | python_function | user_annotation | gpu_user_annotation | runtime | driver | kernel |
+        # memcpy | memset | cuda_sync | trace | profiler_range | other
+        ("kind", S, False),
+        ("cat", S, False),  # the category as written (Operator, cpu_op, Kernel, kernel, ...)
+        ("name", S, False),
+        ("pid", S, True),
+        ("tid", S, True),
+        ("ts_us", D, False),  # as written (µs; relative to the trace's baseTimeNanoseconds when small)
+        ("dur_us", D, False),
+        ("device", INT, True),
+        ("stream", L, True),
+        ("correlation", L, True),
+        ("external_id", L, True),
+        ("call_stack", S, True),  # `file(line): function;...`, innermost first (with_stack=True)
+        ("bytes", L, True),
+        ("occupancy_pct", D, True),  # est. achieved occupancy % of a kernel
+        ("blocks_per_sm", D, True),
+        ("registers", INT, True),
+        ("sync_kind", S, True),
+    ),
+    key=("cluster", "trace_id", "event_no"),
+    grain="one complete (ph X) event of a profiler trace",
+)
+
+FRAME_STRUCT = _fields(("file", S, True), ("line", INT, True), ("function", S, True))
+
+# Per rank of a profiled run: torch-tb-profiler's step breakdown and HTA's GPU temporal breakdown
+# (pipelines/gold/bottlenecks/, docs/bottlenecks.md).
+GOLD_PROFILER_RANKS = TableSpec(
+    name="gold.profiler_ranks",
+    schema=_fields(
+        ("cluster", S, False),
+        ("trace_id", S, False),
+        ("job_id", S, True),
+        ("month", S, True),  # YYYY-MM of the job's end (start while running), else of the trace
+        ("rank", INT, True),
+        ("source_file", S, False),
+        ("steps", INT, False),
+        ("step_source", S, False),  # profiler_step | dataloader | pattern | whole_trace | none
+        ("mean_step_us", D, False),
+        ("warmup_us", D, False),  # the warm-up iteration left out (0 when none)
+        ("kernel_pct", D, False),
+        ("memcpy_pct", D, False),
+        ("memset_pct", D, False),
+        ("runtime_pct", D, False),
+        ("dataloader_pct", D, False),
+        ("cpu_exec_pct", D, False),
+        ("other_pct", D, False),
+        ("gpu_idle_pct", D, True),  # null: no GPU activity
+        ("gpu_compute_pct", D, True),
+        ("gpu_non_compute_pct", D, True),
+        ("idle_host_wait_pct", D, True),  # shares of the idle time
+        ("idle_kernel_wait_pct", D, True),
+        ("idle_other_pct", D, True),
+        ("kernels", L, False),
+        ("has_gpu", B, False),
+        ("has_stacks", B, False),
+        ("notes", S, True),  # why a figure is missing, how the steps were found
+        ("built_at", TS, False),
+    ),
+    key=("cluster", "trace_id"),
+    grain="one rank's trace of a profiled run",
+)
+
+# Why a job's GPUs sat idle or slow, with the line to change (pipelines/gold/bottlenecks/rules.py).
+GOLD_JOB_BOTTLENECKS = TableSpec(
+    name="gold.job_bottlenecks",
+    schema=_fields(
+        ("cluster", S, False),
+        ("job_id", S, False),
+        ("kind", S, False),  # pipelines.gold.bottlenecks.rules.FINDING_KINDS
+        ("month", S, False),
+        ("user", S, True),
+        ("account", S, True),
+        ("rank", INT, True),  # the rank where it is largest (straggler: the slow rank)
+        ("share_pct", D, False),  # of step time, mean over the job's GPU ranks
+        ("evidence", S, False),
+        ("fix", S, False),
+        ("code", FRAME_STRUCT, True),  # the user's line; null when the trace has no stacks
+        ("gpu_hours_recoverable", D, True),  # share x the job's GPU-hours; null when they are unknown
+        ("usd_recoverable", D, True),
+        ("built_at", TS, False),
+    ),
+    key=("cluster", "job_id", "kind"),
+    grain="one finding of one job",
+)
+
 # Gold: per-job usage and waste (pipelines/gold/waste.py states the formulas), and the month rollups
 # (pipelines/gold/rollups.py). Hours are full-GPU / core / GiB hours; dollars by the cluster's price sheet.
 # GPU figures are null when the job has no telemetry ("unknown", never 0 %); coverage stands beside them.
@@ -366,8 +638,10 @@ GOLD_JOB_USAGE = TableSpec(
         ("start_ts", TS, True),
         ("end_ts", TS, True),
         ("elapsed_s", L, True),
-        ("timelimit_s", L, True),
+        ("timelimit_s", L, True),  # sacct's, else the partition's MaxTime for Partition_Limit
+        ("timelimit_source", S, True),  # sacct | conf (the cluster yaml) | scontrol (silver.partitions)
         ("time_eff_pct", D, True),  # elapsed / time limit
+        ("time_eff_note", S, True),  # why time_eff_pct is null (UNLIMITED, an unresolved Partition_Limit)
         ("alloc_cpus", INT, True),
         ("limit_cpu_cores", D, True),  # k8s: the CPU the pod may burst to (its limit); null if unlimited
         ("total_cpu_s", D, True),
@@ -382,12 +656,14 @@ GOLD_JOB_USAGE = TableSpec(
         ("mem_used_gib_h", D, True),
         ("mem_wasted_gib_h", D, True),
         ("mem_eff_pct", D, True),
+        ("usage_source", S, True),  # where CPU and memory use come from: jobstats | sacct
         ("alloc_gpus", INT, True),
         ("gpu_model", S, True),  # as the price sheet names it when known
         ("mig_profile", S, True),
         ("gpu_fraction", D, True),  # share of a whole GPU per device (MIG: compute slices / 7)
         ("gpu_share", D, True),  # the job's share of its GPUs' sampled time (1/N when N jobs share a GPU)
         ("has_gpu_telemetry", B, True),
+        ("gpu_telemetry_source", S, True),  # dcgm | jobstats (DCGM wins where both exist); null: none
         ("gpu_coverage_pct", D, True),  # share of the job's GPU-time with samples; null for CPU-only jobs
         ("gpu_alloc_h", D, True),
         ("gpu_util_mean_pct", D, True),
@@ -398,6 +674,9 @@ GOLD_JOB_USAGE = TableSpec(
         ("vram_card_bytes", L, True),
         ("vram_peak_pct", D, True),
         ("vram_fits", S, True),  # smallest GPU or MIG profile of the cluster holding the peak
+        ("jobstats_gpu_util_pct", D, True),  # jobstats' mean GPU utilisation, beside DCGM's when both exist
+        ("has_gpu_source_conflict", B, True),  # jobstats and DCGM utilisation differ by more than 10 points
+        ("usage_evidence", S, True),  # jobstats: the worst node's CPU and memory; a source conflict
         ("failure_cause", S, True),
         ("failure_cause_from", S, True),  # gold.failures | state
         ("is_user_fixable_failure", B, True),
@@ -420,6 +699,8 @@ _MONTH_MEASURES = (
     ("jobs", L, False),
     ("gpu_jobs", L, False),
     ("gpu_jobs_no_telemetry", L, False),
+    ("gpu_jobs_jobstats", L, False),  # GPU jobs whose GPU figures come from jobstats (no DCGM samples)
+    ("gpu_jobs_source_conflict", L, False),  # jobstats and DCGM disagree by more than 10 points
     ("failed_user_fixable_jobs", L, False),
     ("cpu_alloc_core_h", D, True),
     ("cpu_used_core_h", D, True),
@@ -508,11 +789,22 @@ OPS_EMAIL_LEDGER = TableSpec(
 )
 
 # Raw sources, one bronze table each.
-BRONZE_SOURCES = ("sacct", "k8s_pods", "job_scripts", "gpu_samples", "swf", "logs")
+BRONZE_SOURCES = (
+    "sacct",
+    "k8s_pods",
+    "job_scripts",
+    "gpu_samples",
+    "swf",
+    "logs",
+    "k8s_metrics",
+    "partitions",
+    "profiler",
+)
 
 
 def bronze_spec(source: str) -> TableSpec:
-    """The bronze table for a raw source (sacct, k8s_pods, job_scripts, gpu_samples, swf, logs)."""
+    """The bronze table for a raw source (sacct, k8s_pods, job_scripts, gpu_samples, swf, logs,
+    k8s_metrics)."""
     return TableSpec(
         name=f"bronze.{source}",
         schema=BRONZE_SCHEMA,
@@ -528,9 +820,15 @@ TABLES: dict[str, TableSpec] = {
         QUARANTINE,
         SILVER_JOBS,
         SILVER_JOB_STEPS,
+        SILVER_JOBSTATS,
+        SILVER_PARTITIONS,
         SILVER_GPU_SAMPLES,
+        SILVER_POD_SAMPLES,
+        SILVER_POD_USAGE,
         SILVER_SCRIPTS,
         SILVER_JOB_SCRIPTS,
+        SILVER_SOURCES,
+        SILVER_JOB_SOURCES,
         SILVER_JOB_LOGS,
         GOLD_FAILURES,
         GOLD_JOB_USAGE,
@@ -538,5 +836,9 @@ TABLES: dict[str, TableSpec] = {
         GOLD_ACCOUNT_MONTH,
         GOLD_CLUSTER_MONTH,
         OPS_EMAIL_LEDGER,
+        SILVER_PROFILER_TRACES,
+        SILVER_PROFILER_EVENTS,
+        GOLD_PROFILER_RANKS,
+        GOLD_JOB_BOTTLENECKS,
     )
 }

@@ -151,8 +151,10 @@ def test_build_is_incremental_idempotent_and_feeds_waste(jobfit, make_ctx) -> No
         "by_partition",
         "by_account",
         "by_user",
+        "kubernetes",
         "price_sheet",
     }
+    assert payload["kubernetes"]["pods_with_usage"] == 0  # no pod usage ingested (tests/test_k8s_metrics.py)
     assert [r["resource"] for r in payload["by_resource"]] == ["cpu", "memory", "gpu", "failed_runs"]
     assert [r["user"] for r in payload["by_user"]] == ["alice", "bob"]
     assert {r["partition"] for r in payload["by_partition"]} == {"gpu", "cpu"}

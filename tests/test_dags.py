@@ -34,7 +34,7 @@ def test_every_task_runs_a_real_jobfit_command(dagbag) -> None:
     seen = set()
     for dag_id in ("jobfit_daily", "jobfit_monthly"):
         for task in dagbag.dags[dag_id].tasks:
-            match = re.search(r"\}\} (\w+)(?: (\w+))?", task.bash_command)
+            match = re.search(r"\}\} (\w+)(?: ([\w-]+))?", task.bash_command)
             assert match, task.bash_command
             command, source = match.groups()
             assert command in COMMANDS, f"{task.task_id}: jobfit {command} does not exist"

@@ -17,7 +17,14 @@ import yaml
 from fastapi.testclient import TestClient
 
 from models.serving.app import create_app
-from models.serving.k8s import RECOMMENDATION_ANNOTATION, PodAsk, admission_response
+from models.serving.k8s import (
+    RECOMMENDATION_ANNOTATION,
+    VRAM_ANNOTATION,
+    PodAsk,
+    admission_response,
+    gpu_model,
+    pod_script,
+)
 from models.serving.state import ServingState, StateHolder, cluster_state
 from tests.servers import jobfit_serve
 
@@ -96,7 +103,8 @@ def test_advise_warns_briefly_and_only_annotates(real_data: Path) -> None:
     warnings = answer["response"]["warnings"]
     assert warnings and all(len(w) < 120 and "\n" not in w for w in warnings)
     assert any("80Mi" in w and "100Mi" in w for w in warnings)
-    assert recommend.asks[0] == PodAsk("oomkilled", "team-a", None, 100 * MIB, 0)
+    script = "#!/bin/sh\nstress --vm 1 --vm-bytes 250M --vm-hang 1\n"  # its command, for the code estimate
+    assert recommend.asks[0] == PodAsk("oomkilled", "team-a", None, 100 * MIB, 0, script)
     patched = _applied(pod, answer)
     assert patched["spec"] == pod["spec"]  # advise changes no resources
     note = json.loads(patched["metadata"]["annotations"][RECOMMENDATION_ANNOTATION])
@@ -277,3 +285,115 @@ def test_real_server_answers_for_the_first_cluster(live: str, real_data: Path) -
     assert patched["spec"] == pod["spec"]
     bad = httpx.post(f"{live}/v1/k8s/mutate", content="{", timeout=10)
     assert bad.status_code == 422 and bad.json()["error"].startswith("body is not valid JSON")
+
+
+# --- the code-aware VRAM estimate from the containers' command lines (issue 25) -----------------------
+
+FULL = (
+    ["litgpt", "finetune_full", "checkpoints/meta-llama/Llama-2-7b-hf"],
+    [
+        "--devices",
+        "1",
+        "--train.micro_batch_size",
+        "4",
+        "--train.max_seq_length",
+        "512",
+        "--precision",
+        "bf16-true",
+    ],
+)
+
+
+def _gpu_pod(command: list[str], args: list[str], product: str = "NVIDIA-A100-SXM4-40GB") -> dict[str, Any]:
+    """A one-GPU pod whose nodeSelector names the card (NVIDIA GPU feature discovery's label)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ft", "annotations": {"team": "nlp"}},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": product},
+            "initContainers": [{"name": "fetch", "image": "busybox", "command": ["python", "x.py"]}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "litgpt",
+                    "command": command,
+                    "args": args,
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}},
+                }
+            ],
+        },
+    }
+
+
+def _vram_note(pod: dict[str, Any], response: dict[str, Any]) -> dict[str, Any] | None:
+    patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert patched["spec"] == pod["spec"] and patched["metadata"]["annotations"]["team"] == "nlp"
+    text = patched["metadata"]["annotations"].get(VRAM_ANNOTATION)
+    return json.loads(text) if text is not None else None
+
+
+def test_command_and_node_selector_become_the_script_and_card() -> None:
+    recommend = _ok(GIB)
+    pod = _gpu_pod(
+        ["/bin/bash", "-lc"], ["python train.py --config /etc/jobfit/lora.yaml"], "nvidia-tesla-a100"
+    )
+    pod["spec"]["containers"].append({"name": "side", "image": "x", "command": ["torchrun", "a b.py"]})
+    admission_response(_review(pod), "advise", recommend)
+    ask = recommend.asks[0]
+    # The main containers' commands only (not the init container's), a shell's -c command as written.
+    assert ask.script == "#!/bin/sh\npython train.py --config /etc/jobfit/lora.yaml\ntorchrun 'a b.py'\n"
+    assert (ask.gpu_model, ask.gpus) == ("a100", 1)
+    assert pod_script([{"name": "main", "image": "trainer"}]) is None  # the image's entrypoint: unknown
+    assert gpu_model({"nodeSelector": {"nvidia.com/gpu.product": "Tesla-V100-SXM2-32GB"}}) == "V100-SXM2-32GB"
+    assert gpu_model({"nodeSelector": {"nvidia.com/gpu.product": "bad value!"}}) is None
+
+
+def test_a_pod_that_will_not_fit_its_gpu_is_warned_and_annotated(client: TestClient) -> None:
+    pod = _gpu_pod(*FULL)
+    reply = client.post("/v1/k8s/mutate", content=json.dumps(_review(pod, uid="fit-1")))
+    assert reply.status_code == 200
+    response = reply.json()["response"]
+    assert response["allowed"] is True and all(len(w) < 120 for w in response["warnings"])
+    fit = [w for w in response["warnings"] if "will not fit" in w]
+    note = _vram_note(pod, response)
+    assert note is not None and note["status"] == "ok" and note["fits"] is False
+    assert note["gpu_model"] == "A100-SXM4-40GB" and note["peak_vram_gib"] > note["gpu_mem_gib"] == 40.0
+    expected = (
+        f"jobfit: will not fit one A100-SXM4-40GB: ~{note['peak_vram_gib']} GiB/GPU from its command, "
+        f"card 40.0 GiB; try: {note['changes_that_fit'][0]}"
+    )
+    assert fit == [expected if len(expected) < 120 else expected[:116] + "..."]
+    # The same estimate /v1/recommend gives for the same command line as a script and the same card.
+    script = pod_script(pod["spec"]["containers"])
+    direct = client.post(
+        "/v1/recommend",
+        json={"cluster": "demo", "user": "team-a", "gres": "gpu:A100-SXM4-40GB:1", "script": script},
+    ).json()["code_estimate"]
+    assert round(direct["peak_vram_bytes"] / GIB, 1) == note["peak_vram_gib"]
+    assert note["changes_that_fit"] == [c["what"] for c in direct["changes_that_fit"]][:3]
+    # Settings given inline as arguments count: 4-bit LoRA of the same model fits, so no warning.
+    lora = _gpu_pod(["litgpt", "finetune_lora", FULL[0][2]], [*FULL[1], "--quantize", "bnb.nf4"])
+    response = client.post("/v1/k8s/mutate", content=json.dumps(_review(lora))).json()["response"]
+    note = _vram_note(lora, response)
+    assert (
+        note is not None
+        and note["fits"] is True
+        and not any("will not fit" in w for w in response["warnings"])
+    )
+
+
+def test_files_a_command_names_are_not_read_and_the_annotation_says_so(client: TestClient) -> None:
+    pod = _gpu_pod(["/bin/sh", "-c"], ["python train.py --config /etc/jobfit/lora.yaml"])
+    response = client.post("/v1/k8s/mutate", content=json.dumps(_review(pod))).json()["response"]
+    note = _vram_note(pod, response)
+    assert note is not None and note["status"] == "unknown_model"
+    assert (
+        note["files_not_read"] == ["train.py", "/etc/jobfit/lora.yaml"]
+        and "named but not read" in note["why"]
+    )
+    assert not any("will not fit" in w for w in response["warnings"])
+    # No command (the image's entrypoint): no estimate, no annotation for it.
+    bare = _gpu_pod([], [])
+    response = client.post("/v1/k8s/mutate", content=json.dumps(_review(bare))).json()["response"]
+    assert _vram_note(bare, response) is None

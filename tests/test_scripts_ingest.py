@@ -3,6 +3,7 @@ silver.job_scripts; a job whose script sacct did not store goes to quarantine.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -177,3 +178,56 @@ def test_links_by_own_id_then_array_then_het_job(spark) -> None:
             "cluster string, job_id string, script_hash string",
         ),
     )
+
+
+@pytest.mark.slow
+def test_ingest_scripts_stores_a_side_folder_of_sources_by_hash(
+    jobfit, tmp_path: Path, real_data: Path
+) -> None:
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    job = "#!/bin/bash\n#SBATCH --gres=gpu:a10g:1\nsrun litgpt finetune_lora --config configs/lora.yaml\n"
+    (scripts / "201.sh").write_text(job)
+    (scripts / "202.sh").write_text(job)
+    config = (real_data / "vram" / "configs" / "43c4432" / "mistral-7b" / "lora.yaml").read_bytes()
+    side = tmp_path / "sources"
+    for job_id in ("201", "202"):  # the same config archived with two jobs: one stored copy
+        (side / job_id / "configs").mkdir(parents=True)
+        (side / job_id / "configs" / "lora.yaml").write_bytes(config)
+    (side / "201" / "train.py").write_text("import litgpt\n")
+    (side / "202" / "ckpt.bin").write_bytes(b"\x00\xff" * 10)  # not text: left out
+    (side / "202" / "big.yaml").write_text("k: v\n" * 60_000)  # over 256 KiB: left out
+    (side / "notes").mkdir()  # not a job id: skipped
+    args = ("ingest", "scripts", str(scripts), "--sources", str(side), "--cluster", "demo", "--json")
+    res = jobfit(*args)
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["tables"]["silver.sources"]["inserted"] == 2
+    assert out["tables"]["silver.job_sources"]["inserted"] == 3
+    assert out["tables"]["sources left out"] == {"too_large": 1, "not_text": 1, "not_a_job": 1}
+    query = (
+        "SELECT l.job_id, l.path, l.source_hash, s.bytes, s.text FROM silver.job_sources l "
+        "JOIN silver.sources s ON s.cluster = l.cluster AND s.source_hash = l.source_hash "
+        "ORDER BY l.job_id, l.path"
+    )
+    rows = json.loads(jobfit("sql", query, "--json").out)["rows"]
+    sha = hashlib.sha256(config).hexdigest()
+    assert [(r["job_id"], r["path"], r["source_hash"]) for r in rows] == [
+        ("201", "configs/lora.yaml", sha),
+        ("201", "train.py", hashlib.sha256(b"import litgpt\n").hexdigest()),
+        ("202", "configs/lora.yaml", sha),
+    ]
+    assert rows[0]["text"] == config.decode() and rows[0]["bytes"] == len(config)
+    # The stored files are what the estimate reads: the job's script with its sources names the model.
+    from features.workload import capture
+
+    cap = capture(job, {r["path"]: r["text"] for r in rows if r["job_id"] == "201"})
+    assert cap.read == ["configs/lora.yaml"] and cap.workload.model == "checkpoints/mistralai/Mistral-7B-v0.1"
+    # Again: nothing new. A missing folder: exit 2, nothing written.
+    again = json.loads(jobfit(*args).out)
+    assert again["tables"]["silver.sources"]["inserted"] == 0
+    assert again["tables"]["silver.job_sources"]["inserted"] == 0
+    missing = jobfit(
+        "ingest", "scripts", str(scripts), "--sources", str(tmp_path / "nope"), "--cluster", "demo"
+    )
+    assert missing.code == 2 and "--sources" in missing.err

@@ -28,10 +28,10 @@ SCRIPT = "#!/bin/bash\n#SBATCH --mem=64G\nsrun python train.py --batch-size 32\n
 
 
 def run_lua(
-    hook: Path, scenario: str, tmp_path: Path, env: dict[str, str] | None = None
+    hook: Path, scenario: str, tmp_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> tuple[dict[str, str], list[tuple[str, str]], float]:
-    """Run a scenario against a hook (environment: this one plus `env`); returns (out(key, value) pairs,
-    (level, message) logs, seconds)."""
+    """Run a scenario against a hook (environment: this one plus `env`; in `cwd`, else this folder);
+    returns (out(key, value) pairs, (level, message) logs, seconds)."""
     file = tmp_path / "scenario.lua"
     file.write_text(scenario)
     start = time.monotonic()
@@ -41,6 +41,7 @@ def run_lua(
         text=True,
         timeout=30,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stderr

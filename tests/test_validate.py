@@ -40,7 +40,7 @@ def jobs_frame(spark: SparkSession, rows: list[dict]):
 
 
 def test_suites_declare_keys_and_levels() -> None:
-    assert suite_tables() == ["silver.gpu_samples", "silver.job_steps", "silver.jobs"]
+    assert suite_tables() == ["silver.gpu_samples", "silver.job_steps", "silver.jobs", "silver.pod_samples"]
     suite = suite_for("silver.job_steps")
     levels = {e.configuration.type: e.configuration.meta["level"] for e in suite.expectations}
     assert levels["expect_compound_columns_to_be_unique"] == "table"

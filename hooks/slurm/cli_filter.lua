@@ -2,11 +2,15 @@
 
 Install: see docs/hooks.md (slurm.conf `CliFilterPlugins=lua`; this file as cli_filter.lua beside
 slurm.conf). Before a job is submitted, slurm_cli_pre_submit POSTs the job description to
-`jobfit serve`'s /v1/recommend with curl (hard timeout: JOBFIT_CLI.timeout_s, at most 1 s) and prints
-the answer's flags to the user with slurm.log_info. It never changes an option and it fails open: a
-server that is down, slow or answers nonsense means no advice, and the submission goes on
-(slurm.SUCCESS is returned whatever happens; cli_filter is client-side, so it is advice, not policy —
-enforcement belongs to job_submit.lua).
+`jobfit serve`'s /v1/recommend with curl (hard timeout: JOBFIT_CLI.timeout_s, at most 1 s in all) and prints
+the answer's flags to the user with slurm.log_info. With the job script (sbatch's script file, `--wrap`'s
+command, srun's command) it first asks /v1/workload/files which files the script's entry points name, reads
+those it may (bounded: 8 files, 256 KiB each, 512 KiB in all, named literally in the script, .py/.yaml/.yml/
+.json, relative to --chdir or the working directory) and sends script and files for the code-aware VRAM
+estimate; a job that will not fit the requested card is told so. It never changes an option and it fails
+open: a server that is down, slow or answers nonsense, or a file it cannot read, means less or no advice,
+and the submission goes on (slurm.SUCCESS is returned whatever happens; cli_filter is client-side, so it
+is advice, not policy — enforcement belongs to job_submit.lua).
 ]]
 
 -- Settings: edit here. (A global table so that tests can point it elsewhere.)
@@ -19,6 +23,16 @@ JOBFIT_CLI = {
     curl = "curl",
     -- Set a token here only if `jobfit serve` requires one (a bearer token; readable by all users).
     token = nil,
+    -- Where to ask which files the job script's entry points name (nil: `url` with /v1/recommend
+    -- replaced by /v1/workload/files).
+    files_url = nil,
+    -- What is read and sent (features/workload.py's bounds; the server's own bounds apply when smaller).
+    max_script_bytes = 512 * 1024,
+    max_files = 8,
+    max_file_bytes = 256 * 1024,
+    max_total_bytes = 512 * 1024,
+    -- The server refuses bodies over 1 MiB: over this, the files (then the script) are left out.
+    max_body_bytes = 1024 * 1024 - 4096,
 }
 
 local function json_string(s)
@@ -33,7 +47,15 @@ local function json_object(fields, order)
     for _, k in ipairs(order) do
         local v = fields[k]
         if v ~= nil then
-            parts[#parts + 1] = json_string(k) .. ":" .. (type(v) == "number" and string.format("%d", v) or json_string(v))
+            local text
+            if type(v) == "number" then
+                text = string.format("%d", v)
+            elseif type(v) == "table" then
+                text = v.json -- already encoded
+            else
+                text = json_string(v)
+            end
+            parts[#parts + 1] = json_string(k) .. ":" .. text
         end
     end
     return "{" .. table.concat(parts, ",") .. "}"
@@ -204,8 +226,9 @@ local function login_name()
 end
 
 -- The /v1/recommend body (models/serving/schemas.py RecommendRequest; unknown fields are refused there):
--- sbatch's options as the user gave them, memory normalised to MiB ("65536M") and time to minutes.
-local function request_body(options)
+-- sbatch's options as the user gave them, memory normalised to MiB ("65536M") and time to minutes; the
+-- job script text and {name as the script names it: text} of the files read, when there are any.
+local function request_body(options, script, sources)
     local mem = mem_mb(opt(options, "mem"))
     local mem_per_cpu = mem_mb(opt(options, "mem-per-cpu"))
     local minutes = time_min(opt(options, "time"))
@@ -227,26 +250,29 @@ local function request_body(options)
         time_limit = minutes and tostring(math.max(minutes, 1)) or nil,
         gres = gres,
         job_name = opt(options, "job-name"),
+        script = script,
+        sources = sources,
     }, { "cluster", "user", "partition", "account", "nodes", "ntasks", "cpus_per_task", "mem_per_node",
-         "mem_per_cpu", "time_limit", "gres", "job_name" })
+         "mem_per_cpu", "time_limit", "gres", "job_name", "script", "sources" })
 end
 
 local function shell_quote(s)
     return "'" .. string.gsub(tostring(s), "'", "'\\''") .. "'"
 end
 
--- POST the body; returns the decoded answer, or nil and why.
-local function post(body)
+-- POST the body with at most `timeout` seconds for the whole transfer; returns the decoded answer (or nil
+-- and why), the seconds curl spent and the HTTP status (nil when no answer came: down, refused, too slow).
+local function post(url, body, timeout)
     local tmp = os.tmpname()
     local fh = assert(io.open(tmp, "wb"))
     fh:write(body)
     fh:close()
-    local timeout = math.min(tonumber(JOBFIT_CLI.timeout_s) or 1, 1)
+    local limit = string.format("%.3f", timeout)
     local cmd = string.format(
-        "%s -sS -m %s --connect-timeout %s -X POST -H 'Content-Type: application/json' %s--data-binary @%s -w '\\n%%{http_code}' %s 2>/dev/null",
-        JOBFIT_CLI.curl, timeout, timeout,
+        "%s -sS -m %s --connect-timeout %s -X POST -H 'Content-Type: application/json' %s--data-binary @%s -w '\\n%%{http_code} %%{time_total}' %s 2>/dev/null",
+        JOBFIT_CLI.curl, limit, limit,
         JOBFIT_CLI.token and ("-H " .. shell_quote("Authorization: Bearer " .. JOBFIT_CLI.token) .. " ") or "",
-        shell_quote(tmp), shell_quote(JOBFIT_CLI.url)
+        shell_quote(tmp), shell_quote(url)
     )
     local pipe = io.popen(cmd, "r")
     local out = pipe and pipe:read("a") or ""
@@ -254,40 +280,214 @@ local function post(body)
         pipe:close()
     end
     os.remove(tmp)
-    local payload, code = string.match(out, "^(.*)\n(%d%d%d)$")
+    local payload, code, spent = string.match(out, "^(.*)\n(%d%d%d) ([%d%.,]+)$")
+    spent = tonumber(spent and (string.gsub(spent, ",", ".")) or "") or timeout
     if code ~= "200" then
-        return nil, "no answer (HTTP " .. tostring(code) .. ")"
+        return nil, "no answer (HTTP " .. tostring(code) .. ")", spent, code ~= "000" and code or nil
     end
     local ok, answer = pcall(decode, payload)
     if not ok or type(answer) ~= "table" then
-        return nil, "malformed answer"
+        return nil, "malformed answer", spent, code
     end
-    return answer
+    return answer, nil, spent, code
 end
 
-local function advise(options)
-    local answer, why = post(request_body(options))
-    if not answer then
-        if slurm.log_debug then
-            slurm.log_debug("jobfit: %s", why)
+local function log_debug(fmt, ...)
+    if slurm.log_debug then
+        pcall(slurm.log_debug, fmt, ...)
+    end
+end
+
+-- A file's text if it is readable, at most `limit` bytes and UTF-8 (JSON carries text); else nil and why.
+local function read_text(path, limit)
+    local fh = io.open(path, "rb")
+    if not fh then
+        return nil, "unreadable"
+    end
+    local ok, data, err = pcall(fh.read, fh, limit + 1)
+    fh:close()
+    if not ok or (data == nil and err ~= nil) then
+        return nil, "unreadable"
+    end
+    data = data or ""
+    if #data > limit then
+        return nil, "over " .. limit .. " bytes"
+    end
+    if not utf8.len(data) then
+        return nil, "not UTF-8 text"
+    end
+    return data
+end
+JOBFIT_CLI.read_text = read_text
+
+local function word_quote(w)
+    if string.match(w, "^[%w%._/=:,@%+%-]+$") then
+        return w
+    end
+    return shell_quote(w)
+end
+
+-- The job script as the job will run it: sbatch's `--wrap` command (wrapped as sbatch wraps it), else
+-- the script file sbatch names (options.argv[1], relative to where sbatch runs), else srun's command
+-- line. nil when there is none (a script on stdin, salloc) or it is too large or not text.
+local function job_script(options)
+    local wrap = opt(options, "wrap")
+    if wrap then
+        return "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n" .. wrap .. "\n"
+    end
+    local argv = options.argv
+    if type(argv) ~= "table" or type(argv[1]) ~= "string" or argv[1] == "" then
+        return nil
+    end
+    if options.type == "srun" then
+        local words = {}
+        for i, w in ipairs(argv) do
+            words[i] = word_quote(tostring(w))
         end
-        return
+        local text = "#!/bin/sh\n" .. table.concat(words, " ") .. "\n"
+        return #text <= JOBFIT_CLI.max_script_bytes and text or nil
     end
-    if answer.status ~= "ok" or type(answer.flags) ~= "table" or #answer.flags == 0 then
-        return
+    return (read_text(argv[1], JOBFIT_CLI.max_script_bytes))
+end
+JOBFIT_CLI.job_script = job_script
+
+-- Worth asking which files it names: the script mentions a launcher features/workload.py knows.
+local function names_a_workload(script)
+    for _, word in ipairs({ "python", "torchrun", "accelerate", "deepspeed", "litgpt", ".py" }) do
+        if string.find(script, word, 1, true) then
+            return true
+        end
     end
+    return false
+end
+
+-- A name the hook will read: as the script itself names it (so a server cannot ask for any other file),
+-- a Python or YAML/JSON config, one line.
+local function readable_name(name, script)
+    return type(name) == "string" and #name > 0 and #name <= 512 and not string.find(name, "%c")
+        and (string.find(name, "%.py$") or string.find(name, "%.ya?ml$") or string.find(name, "%.json$"))
+        and string.find(script, name, 1, true) ~= nil
+end
+
+-- Read the files the server named, within the bounds; returns the `sources` JSON object (nil: none read).
+local function read_sources(script, wanted, base)
+    local function bound(name)
+        return math.min(JOBFIT_CLI[name], tonumber(wanted[name]) or JOBFIT_CLI[name])
+    end
+    local max_files, max_file, max_total = bound("max_files"), bound("max_file_bytes"), bound("max_total_bytes")
+    local parts, seen, total = {}, {}, 0
+    for _, name in ipairs(type(wanted.files) == "table" and wanted.files or {}) do
+        if #parts >= max_files then
+            break
+        end
+        if not seen[name] and readable_name(name, script) then
+            seen[name] = true
+            local path = (string.sub(name, 1, 1) == "/" or not base) and name or (base .. "/" .. name)
+            local text, why = read_text(path, max_file)
+            if text and total + #text > max_total then
+                text, why = nil, "over the " .. max_total .. " bytes in all"
+            end
+            if text then
+                parts[#parts + 1] = json_string(name) .. ":" .. json_string(text)
+                total = total + #text
+            else
+                log_debug("jobfit: %s not sent: %s", name, why)
+            end
+        end
+    end
+    return #parts > 0 and { json = "{" .. table.concat(parts, ",") .. "}" } or nil
+end
+
+local function gib(bytes)
+    return string.format("%.1f GiB", bytes / 1073741824)
+end
+
+-- "It will not fit" from the answer's code_estimate (docs/vram.md), with up to 3 changes that fit.
+local function will_not_fit(code)
+    if type(code) ~= "table" or code.status ~= "ok" or code.fits ~= false then
+        return nil
+    end
+    local peak, card = tonumber(code.peak_vram_bytes), tonumber(code.gpu_mem_bytes)
+    if not peak or not card then
+        return nil
+    end
+    local line = string.format("jobfit: this job will not fit one %s: its code and config need about %s per GPU, the card has %s",
+        tostring(code.gpu_model), gib(peak), gib(card))
+    local changes = {}
+    for _, c in ipairs(type(code.changes_that_fit) == "table" and code.changes_that_fit or {}) do
+        if #changes >= 3 then
+            break
+        end
+        if type(c) == "table" and type(c.what) == "string" then
+            local p = tonumber(c.peak_vram_bytes)
+            changes[#changes + 1] = c.what .. (p and (" (" .. gib(p) .. ")") or "")
+        end
+    end
+    if #changes > 0 then
+        line = line .. "; fits with: " .. table.concat(changes, "; ")
+    end
+    return line
+end
+
+local function flag_list(answer)
     local flags = {}
-    for _, f in ipairs(answer.flags) do
+    for _, f in ipairs(type(answer.flags) == "table" and answer.flags or {}) do
         if type(f) == "string" then
             flags[#flags + 1] = f
         end
     end
-    local line = "jobfit: from " .. tostring(math.tointeger(answer.history_jobs) or "your") .. " finished jobs, this job needs about: #SBATCH " .. table.concat(flags, " ")
-    local saving = type(answer.expected_saving) == "table" and tonumber(answer.expected_saving.usd)
-    if saving and saving > 0 then
-        line = line .. string.format(" (saves about $%.2f per run)", saving)
+    return flags
+end
+
+local function advise(options)
+    local budget = math.min(tonumber(JOBFIT_CLI.timeout_s) or 1, 1)
+    local ok, script = pcall(job_script, options)
+    script = ok and script or nil
+    local sources
+    if script and names_a_workload(script) then
+        local url = JOBFIT_CLI.files_url or string.gsub(JOBFIT_CLI.url, "/v1/recommend$", "/v1/workload/files")
+        local wanted, why, spent, code = post(url, json_object({ script = script }, { "script" }), budget)
+        if not code then -- nothing answered within the time: no advice at all (the submission goes on)
+            log_debug("jobfit: %s", why)
+            return
+        end
+        budget = budget - spent
+        if wanted then
+            local base = opt(options, "chdir")
+            local read_ok, read = pcall(read_sources, script, wanted, base and tostring(base))
+            sources = read_ok and read or nil
+        end
     end
-    slurm.log_info("%s", line)
+    if budget < 0.05 then
+        log_debug("jobfit: no time left for advice")
+        return
+    end
+    local body = request_body(options, script, sources)
+    if #body > JOBFIT_CLI.max_body_bytes then
+        body = request_body(options, script, nil)
+        if #body > JOBFIT_CLI.max_body_bytes then
+            body = request_body(options, nil, nil)
+        end
+    end
+    local answer, why = post(JOBFIT_CLI.url, body, budget)
+    if not answer then
+        log_debug("jobfit: %s", why)
+        return
+    end
+    if answer.status == "ok" and type(answer.flags) == "table" and #answer.flags > 0 then
+        local line = "jobfit: from " .. tostring(math.tointeger(answer.history_jobs) or "your") .. " finished jobs, this job needs about: #SBATCH " .. table.concat(flag_list(answer), " ")
+        local saving = type(answer.expected_saving) == "table" and tonumber(answer.expected_saving.usd)
+        if saving and saving > 0 then
+            line = line .. string.format(" (saves about $%.2f per run)", saving)
+        end
+        slurm.log_info("%s", line)
+    elseif answer.status == "not_enough_history" and type(answer.flags) == "table" and #flag_list(answer) > 0 then
+        slurm.log_info("%s", "jobfit: too little history; from its code and config, this job needs about: #SBATCH " .. table.concat(flag_list(answer), " "))
+    end
+    local verdict = will_not_fit(answer.code_estimate)
+    if verdict then
+        slurm.log_info("%s", verdict)
+    end
 end
 
 function slurm_cli_setup_defaults(options, early)
@@ -296,8 +496,8 @@ end
 
 function slurm_cli_pre_submit(options, pack_offset)
     local ok, err = pcall(advise, options)
-    if not ok and slurm.log_debug then
-        pcall(slurm.log_debug, "jobfit: advice skipped: %s", tostring(err))
+    if not ok then
+        log_debug("jobfit: advice skipped: %s", tostring(err))
     end
     return slurm.SUCCESS
 end

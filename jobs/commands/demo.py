@@ -21,12 +21,13 @@ from jobs.simulator.dcgm import DEFAULT_INTERVAL_S
 DEFAULT_JOBS = 1000
 DEFAULT_SEED = 42
 # Simulator folder -> ingest source, in the order the sources depend on each other: accounting first
-# (silver.jobs), then what attaches to jobs (scripts, telemetry attribution, logs), then pods.
+# (silver.jobs), then what attaches to jobs (scripts, telemetry attribution, logs), then pods and their usage.
 INGEST_ORDER = (
     ("sacct", "sacct"),
     ("scripts", "scripts"),
     ("dcgm", "dcgm"),
     ("k8s", "k8s"),
+    ("k8s_metrics", "k8s-metrics"),
     ("logs", "logs"),
 )
 # Each source's options as `jobfit ingest` defaults them.

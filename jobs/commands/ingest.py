@@ -26,6 +26,23 @@ def _sacct_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _profiler_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--job",
+        metavar="ID",
+        help="the job the traces belong to; default: a job id in the path, else the host and time window",
+    )
+
+
+def _scripts_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--sources",
+        metavar="DIR",
+        help="a side folder of sources per job, DIR/<job id>/<path as the script names it> (training "
+        "scripts, configs), into silver.sources (by sha256) and silver.job_sources",
+    )
+
+
 def _logs_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tail-kb",
@@ -46,7 +63,7 @@ class Source:
 
     def stage(self, name: str):
         """The runner module, imported only when the source is used (Spark, pandas load there)."""
-        return importlib.import_module(f"jobs.stages.ingest.{name}")
+        return importlib.import_module(f"jobs.stages.ingest.{name.replace('-', '_')}")
 
 
 SOURCES: dict[str, Source] = {
@@ -56,12 +73,19 @@ SOURCES: dict[str, Source] = {
         ("fmt",),
     ),
     "k8s": Source("Kubernetes Pod objects (JSON lines, or kubectl get pods -o json lists) into silver.jobs"),
+    "k8s-metrics": Source(
+        "kubelet /metrics/resource or cAdvisor /metrics/cadvisor scrapes, dumps or archives (container CPU "
+        "seconds, working-set memory) into silver.pod_samples and silver.pod_usage, per pod"
+    ),
     "dcgm": Source(
         "dcgm-exporter scrapes (Prometheus text) or archives (CSV or Parquet: timestamp,metric,labels,value) "
         "into silver.gpu_samples, attributed to jobs"
     ),
     "scripts": Source(
-        "job scripts (files named by job id, or sacct --batch-script output) into silver.scripts"
+        "job scripts (files named by job id, or sacct --batch-script output) into silver.scripts; with "
+        "--sources, the files each job's entry points read",
+        _scripts_options,
+        ("sources",),
     ),
     "swf": Source(
         "Standard Workload Format logs (Parallel Workloads Archive, .swf or .swf.gz) into silver.jobs"
@@ -72,13 +96,23 @@ SOURCES: dict[str, Source] = {
         _logs_options,
         ("tail_kb",),
     ),
+    "partitions": Source(
+        "`scontrol show partition [-o]` dumps into silver.partitions (MaxTime resolves a job's "
+        "Timelimit=Partition_Limit when the cluster yaml states no max_time)"
+    ),
+    "profiler": Source(
+        "PyTorch profiler (Kineto/CUPTI) traces (*.pt.trace.json[.gz], or folders of per-rank traces) into "
+        "silver.profiler_traces and silver.profiler_events, attributed to jobs, for `jobfit bottlenecks`",
+        _profiler_options,
+        ("job",),
+    ),
 }
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "ingest",
-        help="read sacct dumps, pod records, scripts, telemetry or SWF logs into the tables",
+        help="read sacct dumps, pod records and usage, scripts, telemetry or SWF logs into the tables",
         description="Read raw files into bronze (raw lines), silver (typed, deduplicated by MERGE) and "
         "quarantine (rejected records with their reason). Ingesting the same file twice adds nothing.",
     )

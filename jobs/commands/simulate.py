@@ -42,6 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help=f"seconds between DCGM scrapes (default {DEFAULT_INTERVAL_S})",
     )
+    p.add_argument(
+        "--jobstats-share",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share (0..1) of the GPU jobs that carry a Princeton jobstats summary in sacct's AdminComment "
+        "instead of DCGM scrapes (default 0)",
+    )
     p.set_defaults(func=run)
 
 
@@ -57,6 +65,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         10 <= args.dcgm_interval <= 3600,
         f"--dcgm-interval must be 10..3600 seconds, got {args.dcgm_interval}",
     )
+    require(
+        0.0 <= args.jobstats_share <= 1.0,
+        f"--jobstats-share must be between 0 and 1, got {args.jobstats_share}",
+    )
     cluster = ctx.cluster(args.cluster)
     require(bool(cluster.partitions), f"cluster {args.cluster} declares no partitions to simulate")
     out = Path(args.out)
@@ -70,6 +82,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         inject_bad=args.inject_bad_records,
         dcgm_interval_s=args.dcgm_interval,
         progress=ctx.progress,
+        jobstats_share=args.jobstats_share,
     )
     ctx.emit(result.as_dict(), as_json=args.json, text=result.text())
     return 0

@@ -62,6 +62,18 @@ def render(summary: dict[str, Any]) -> str:
             lines.append(
                 f"{'  of which idle':<22}{'':>24}{_qty(r['idle']):>12}{'':>12}{_money(r['idle_usd']):>12}"
             )
+    k8s = summary.get("kubernetes") or {}
+    if k8s.get("pods"):
+        lines += [
+            "",
+            f"Kubernetes: {k8s['pods_with_usage']} of {k8s['pods']} pod(s) with usage data "
+            f"(coverage {_pct(k8s['coverage_pct'])}; pods without are unknown, not counted)",
+        ]
+        for name, r in (("  pod CPU core-h", k8s["cpu"]), ("  pod memory GiB-h", k8s["memory"])):
+            lines.append(
+                f"{name:<22}{_qty(r['allocated']):>12}{_qty(r['used']):>12}{_qty(r['wasted']):>12}"
+                f"{_pct(r['efficiency_pct']):>12}{_money(r['wasted_usd']):>12}"
+            )
     for title, key, rows in (
         ("partition", "partition", summary["by_partition"]),
         ("account", "account", summary["by_account"]),

@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 from conf import ClusterConfig
 from jobs.context import Context, UsageError
 from jobs.io.tables import read_table
+from pipelines.silver.k8s_metrics import with_pod_usage
 from pipelines.units import GIB
 
 # The silver.jobs columns the feature table uses: a chosen subset of SILVER_JOBS.columns, not all of them
@@ -43,7 +44,8 @@ JOB_COLUMNS = (
 
 
 def read_jobs(ctx: Context, cluster: str, user: str | None = None) -> pd.DataFrame:
-    """silver.jobs of a cluster (optionally one user) with `script_hash` filled from silver.job_scripts."""
+    """silver.jobs of a cluster (optionally one user) with `script_hash` filled from silver.job_scripts and
+    pods' usage from silver.pod_usage."""
     spark, settings = ctx.spark, ctx.settings
     jobs = read_table(spark, settings, "silver.jobs").filter(F.col("cluster") == cluster)
     if user is not None:
@@ -53,6 +55,9 @@ def read_jobs(ctx: Context, cluster: str, user: str | None = None) -> pd.DataFra
         .filter(F.col("cluster") == cluster)
         .select("job_id", F.col("script_hash").alias("_linked_hash"))
     )
+    # Kubernetes pods' measured CPU seconds and peak memory (silver.pod_usage) stand in their job rows.
+    usage = read_table(spark, settings, "silver.pod_usage").filter(F.col("cluster") == cluster)
+    jobs = with_pod_usage(jobs, usage)
     joined = jobs.join(links, on="job_id", how="left").select(
         *JOB_COLUMNS, F.coalesce("script_hash", "_linked_hash").alias("script_hash")
     )

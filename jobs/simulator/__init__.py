@@ -16,16 +16,17 @@ from hashlib import sha256
 from pathlib import Path
 
 from conf import ClusterConfig
-from jobs.simulator import logs, scripts
+from jobs.simulator import jobstats, logs, scripts
 from jobs.simulator.dcgm import DEFAULT_INTERVAL_S, DcgmWriter
 from jobs.simulator.inject import inject
 from jobs.simulator.k8s import make_pod
+from jobs.simulator.k8s_metrics import write_pod_metrics
 from jobs.simulator.model import Workload
 from jobs.simulator.sacct import SacctDumper
 from jobs.simulator.truth import TruthWriter, pod_row, slurm_row
 
 # What simulate() writes under its output folder (and clears first, so a re-run never mixes months).
-OUTPUTS = ("sacct", "scripts", "dcgm", "k8s", "logs", "truth.parquet", "bad_records.jsonl")
+OUTPUTS = ("sacct", "scripts", "dcgm", "k8s", "k8s_metrics", "logs", "truth.parquet", "bad_records.jsonl")
 POD_SHARE = 0.1  # share of --jobs that are Kubernetes pods (when the cluster has GPU partitions)
 
 
@@ -65,8 +66,11 @@ def simulate(
     inject_bad: int = 0,
     dcgm_interval_s: int = DEFAULT_INTERVAL_S,
     progress: Callable[[str], None] | None = None,
+    jobstats_share: float = 0.0,
 ) -> SimulationResult:
-    """Write a month of `n_jobs` jobs (Slurm jobs plus 10 % pods) under `out`; same seed, same bytes."""
+    """Write a month of `n_jobs` jobs (Slurm jobs plus 10 % pods) under `out`; same seed, same bytes.
+    `jobstats_share` of the (non-MIG) GPU jobs carry a jobstats summary in AdminComment and no DCGM scrapes
+    (nodes without dcgm-exporter, as at a site running jobstats)."""
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:
@@ -94,15 +98,19 @@ def simulate(
         (out / "scripts" / f"{job.job_id}.sh").write_bytes(data)
         counts["scripts"] += 1
         counts["script_lines"] += job.text.count("\n")
+        has_jobstats = jobstats.is_chosen(job, jobstats_share)
+        if has_jobstats:
+            job.admin_comment, tel = jobstats.summary(job)
         sacct.add(job)
-        tel = dcgm.add(job) if job.is_gpu else None
+        if not has_jobstats:
+            tel = dcgm.add(job) if job.is_gpu else None
         if job.has_log:
             text, frame = logs.render(job, log_rng)
             (out / "logs" / f"{job.job_id}.err").write_text(text, encoding="utf-8", newline="\n")
             counts["logs"] += 1
             counts["log_lines"] += text.count("\n")
         has_label = bool(job.hosts) and all(workload.alloc.by_name[h].hpc_job_label for h in job.hosts)
-        row = slurm_row(cluster.name, job, sha256(data).hexdigest(), tel, has_label)
+        row = slurm_row(cluster.name, job, sha256(data).hexdigest(), tel, has_label, has_jobstats)
         if job.has_log and frame is not None:
             row.update(tb_user_file=frame.file, tb_user_line=frame.line, tb_user_function=frame.function)
         truth.add(row)
@@ -111,7 +119,7 @@ def simulate(
             progress(f"simulate: {i}/{n_jobs - n_pods} Slurm jobs")
     sacct.finish(workload.t1)
     dcgm.finish()
-    pod_lines = _write_pods(out, cluster.name, workload, n_pods, seed, truth)
+    pod_lines, (metric_files, metric_lines) = _write_pods(out, cluster.name, workload, n_pods, seed, truth)
     truth.close()
     manifest = inject(out, inject_bad, seed) if inject_bad > 0 else []
     if inject_bad <= 0:
@@ -132,6 +140,7 @@ def simulate(
             "scripts": counts["scripts"],
             "dcgm": len(dcgm.files),
             "k8s": 1 if n_pods else 0,
+            "k8s_metrics": metric_files,
             "logs": counts["logs"],
         },
         lines={
@@ -139,6 +148,7 @@ def simulate(
             "scripts": counts["script_lines"],
             "dcgm": dcgm.lines + by_source.get("dcgm", 0),
             "k8s": pod_lines + by_source.get("k8s", 0),
+            "k8s_metrics": metric_lines,
             "logs": counts["log_lines"],
         },
         bad_records=len(manifest),
@@ -149,15 +159,19 @@ def simulate(
 
 def _write_pods(
     out: Path, cluster: str, workload: Workload, n_pods: int, seed: int, truth: TruthWriter
-) -> int:
+) -> tuple[int, tuple[int, int]]:
+    """Pod objects into k8s/pods.jsonl and their usage scrapes into k8s_metrics/; (pods, (files, lines))."""
+    (out / "k8s_metrics").mkdir(exist_ok=True)
     if n_pods <= 0:
-        return 0
+        return 0, (0, 0)
     rng = random.Random(seed * 2654435761 % 2**32 + 11)
     users = workload.users[: max(3, len(workload.users) // 3)]
     times = sorted(rng.randint(workload.t0, workload.t1 - 3600) for _ in range(n_pods))
+    written: list[tuple[dict, dict]] = []
     with (out / "k8s" / "pods.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
         for i, t in enumerate(times):
             pod, row = make_pod(i, rng.choice(users), t, rng, cluster)
             fh.write(json.dumps(pod, separators=(",", ":"), ensure_ascii=False) + "\n")
             truth.add(pod_row(cluster, row))
-    return n_pods
+            written.append((pod, row))
+    return n_pods, write_pod_metrics(out, written)

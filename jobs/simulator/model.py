@@ -129,6 +129,7 @@ class Job:
     launcher: str = "python"
     array_size: int = 0
     text: str = ""  # the batch script (filled by scripts.render)
+    admin_comment: str = ""  # a jobstats summary (`JS1:...`) written at job end, when simulated
 
     @property
     def is_gpu(self) -> bool:

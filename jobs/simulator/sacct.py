@@ -37,6 +37,7 @@ ROW_ORDER = [
     "MaxRSS",
     "AveRSS",
     "TRESUsageInMax",
+    "AdminComment",
 ]
 # The header the dumps carry: this site's --format puts NodeList last (sites order fields as they like;
 # readers go by the header). NodeList is never empty ("None assigned" before a job starts).
@@ -177,6 +178,7 @@ def rows(job: Job, at: int) -> list[str]:
             NNodes=str(job.nodes),
             NodeList=nodes,
             TotalCPU="00:00:00" if running else cpu_time(total_cpu),
+            AdminComment="" if running else job.admin_comment,  # jobstats writes at job end
         )
     ]
 

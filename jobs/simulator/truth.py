@@ -56,6 +56,7 @@ SCHEMA = pa.schema(
         ("gpu_util_mean_pct", pa.float64()),
         ("gpu_util_per_gpu_pct", pa.list_(pa.float64())),
         ("telemetry_samples", pa.int64()),
+        ("has_jobstats", pa.bool_()),  # the job's AdminComment carries a jobstats summary (no DCGM scrapes)
         ("has_hpc_job_label", pa.bool_()),
         ("nodes", pa.int64()),
         ("node_list", pa.string()),
@@ -105,8 +106,11 @@ def with_waste(row: dict) -> dict:
     return row
 
 
-def slurm_row(cluster: str, job: Job, script_hash: str, tel: dict | None, has_label: bool) -> dict:
-    """The truth row of a Slurm job (after its telemetry was generated)."""
+def slurm_row(
+    cluster: str, job: Job, script_hash: str, tel: dict | None, has_label: bool, jobstats: bool = False
+) -> dict:
+    """The truth row of a Slurm job (after its telemetry was generated). With a jobstats summary the
+    recorded memory peak is its nodes' cgroup peaks (what jobstats measures), not MaxRSS x tasks."""
     p = job.params
     utils = [round(u, 6) for u in tel["util_means"]] if tel else []
     state = {
@@ -150,7 +154,7 @@ def slurm_row(cluster: str, job: Job, script_hash: str, tel: dict | None, has_la
         "req_mem_bytes": job.req_mem_node_bytes * job.nodes,
         "limit_mem_bytes": job.req_mem_node_bytes * job.nodes,
         "limit_cpu_cores": float(job.alloc_cpus),  # the job's cgroup holds exactly its allocated cores
-        "peak_mem_bytes": recorded_peak_bytes(job),
+        "peak_mem_bytes": job.peak_mem_node_bytes * job.nodes if jobstats else recorded_peak_bytes(job),
         "needed_mem_bytes": job.mem_need_node_bytes * job.nodes,
         "alloc_gpus": len(job.gpu_units) if job.is_gpu else 0,
         "gpus_used": job.gpus_used if job.is_gpu else 0,
@@ -162,6 +166,7 @@ def slurm_row(cluster: str, job: Job, script_hash: str, tel: dict | None, has_la
         "gpu_util_mean_pct": sum(utils) / len(utils) if utils else None,
         "gpu_util_per_gpu_pct": utils if job.is_gpu else None,
         "telemetry_samples": tel["samples"] if tel else 0,
+        "has_jobstats": jobstats,
         "has_hpc_job_label": has_label if job.is_gpu else None,
         "nodes": job.nodes,
         "node_list": ",".join(job.hosts),
@@ -187,6 +192,7 @@ def pod_row(cluster: str, truth: dict) -> dict:
     row["gpu_util_per_gpu_pct"] = None
     row["idle_gpus"] = None
     row["telemetry_samples"] = 0
+    row["has_jobstats"] = False
     row["exclusive"] = False
     row["has_log"] = False
     row["drifted"] = False

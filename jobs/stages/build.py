@@ -2,9 +2,9 @@
 cluster-month.
 
 Incremental: a cluster-month is rebuilt when the latest `ingested_at` of the silver rows it reads (its jobs,
-their steps and logs, and the GPU samples inside its jobs' time span) differs from the watermark stored in
-gold.cluster_month, or when the price sheet changed; `--month` always rebuilds that month. Every write is a
-`replaceWhere` of one cluster-month, so building twice gives identical tables.
+their steps, logs and pod usage, and the GPU samples inside its jobs' time span) differs from the watermark
+stored in gold.cluster_month, or when the price sheet changed; `--month` always rebuilds that month. Every
+write is a `replaceWhere` of one cluster-month, so building twice gives identical tables.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from pipelines.gold.rollups import account_month, cluster_month, user_month
 from pipelines.gold.waste import job_usage, price_sheet_json
 from pipelines.schemas import TABLES
 from pipelines.silver.attribution import with_job_attribution
+from pipelines.silver.k8s_metrics import with_pod_usage
 
 # Silver tables keyed by job whose late rows change a month's gold (when they exist).
-_PER_JOB_TABLES = ("silver.job_steps", "silver.job_logs")
+_PER_JOB_TABLES = ("silver.job_steps", "silver.job_logs", "silver.pod_usage", "silver.jobstats")
+# Cluster-wide silver tables every month reads (a new partition dump may resolve Partition_Limit anywhere).
+_CLUSTER_TABLES = ("silver.partitions",)
 _GOLD_MONTH_TABLES = ("gold.job_usage", "gold.user_month", "gold.account_month", "gold.cluster_month")
 
 
@@ -40,6 +43,8 @@ class MonthBuilt:
     wasted_usd: float = 0.0
     wasted_share_pct: float | None = None
     gpu_jobs_no_telemetry: int = 0
+    gpu_jobs_jobstats: int = 0  # GPU jobs measured by jobstats summaries (no DCGM samples)
+    gpu_jobs_source_conflict: int = 0  # jobstats and DCGM utilisation more than 10 points apart
     failures: dict[str, object] | None = None
 
 
@@ -66,6 +71,12 @@ class BuildReport:
                 f"{m.cluster} {m.month}: built {m.jobs} job(s); ${m.alloc_usd:,.2f} allocated, "
                 f"${m.wasted_usd:,.2f} wasted ({share}); "
                 f"{m.gpu_jobs_no_telemetry} GPU job(s) without telemetry"
+                + (f", {m.gpu_jobs_jobstats} from jobstats" if m.gpu_jobs_jobstats else "")
+                + (
+                    f"; {m.gpu_jobs_source_conflict} job(s) where jobstats and DCGM disagree"
+                    if m.gpu_jobs_source_conflict
+                    else ""
+                )
             )
         lines += [f"{u['cluster']} {u['month']}: up to date" for u in self.up_to_date]
         return "\n".join(lines) if lines else "nothing to build: silver.jobs has no finished jobs"
@@ -104,6 +115,14 @@ def silver_watermarks(ctx: Context, cluster: str) -> DataFrame:
                 .groupBy("cluster", "month")
                 .agg(F.max("ingested_at").alias("_at"))
             )
+    for name in _CLUSTER_TABLES:
+        if table_exists(spark, settings, name):
+            at = read_table(spark, settings, name).where(F.col("cluster") == cluster)
+            marks.append(
+                spans.select("cluster", "month").join(
+                    at.groupBy("cluster").agg(F.max("ingested_at").alias("_at")), on="cluster", how="inner"
+                )
+            )
     union = marks[0]
     for other in marks[1:]:
         union = union.unionByName(other)
@@ -122,6 +141,22 @@ def stale_months(ctx: Context, cluster: str, watermarks: dict[str, datetime], pr
         ):
             built[r["month"]] = (r["source_watermark_ts"], r["price_sheet_json"])
     return sorted(m for m, mark in watermarks.items() if built.get(m) != (mark, prices))
+
+
+def _read_if_exists(ctx: Context, name: str, cluster: str) -> DataFrame | None:
+    """A silver table's rows of one cluster, or None when nothing was ever ingested into it."""
+    if not table_exists(ctx.spark, ctx.settings, name):
+        return None
+    return read_table(ctx.spark, ctx.settings, name).where(F.col("cluster") == cluster)
+
+
+def partition_limits(ctx: Context, cluster: str) -> dict[str, int | None]:
+    """Partition → MaxTime seconds (None: UNLIMITED) from the ingested `scontrol show partition` dumps."""
+    dumped = _read_if_exists(ctx, "silver.partitions", cluster)
+    if dumped is None:
+        return {}
+    rows = dumped.where(F.col("max_time_s").isNotNull() | F.col("is_unlimited")).collect()
+    return {r["partition"]: r["max_time_s"] for r in rows}
 
 
 def build_month(
@@ -147,7 +182,17 @@ def build_month(
     failures_counts = build_failures(ctx, cluster, month, config).as_dict()
     failures = read_table(spark, settings, "gold.failures").where(month_predicate(cluster, month))
 
-    usage = job_usage(jobs, samples, config, failures)
+    # A pod's CPU seconds and peak working set come from silver.pod_usage (jobfit ingest k8s-metrics).
+    pod_usage = read_table(spark, settings, "silver.pod_usage").where(F.col("cluster") == cluster)
+    jobstats = _read_if_exists(ctx, "silver.jobstats", cluster)
+    usage = job_usage(
+        with_pod_usage(jobs, pod_usage),
+        samples,
+        config,
+        failures,
+        jobstats=jobstats,
+        partition_limits=partition_limits(ctx, cluster),
+    )
     predicate = month_predicate(cluster, month)
     replace_where(spark, settings, "gold.job_usage", usage, predicate)
     written = read_table(spark, settings, "gold.job_usage").where(predicate).cache()
@@ -173,6 +218,8 @@ def build_month(
         result.wasted_usd = float(head["wasted_usd"])
         result.wasted_share_pct = head["wasted_share_pct"]
         result.gpu_jobs_no_telemetry = int(head["gpu_jobs_no_telemetry"])
+        result.gpu_jobs_jobstats = int(head["gpu_jobs_jobstats"])
+        result.gpu_jobs_source_conflict = int(head["gpu_jobs_source_conflict"])
     return result
 
 

@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
 from jobs.io.tables import month_predicate, read_table, table_exists
-from pipelines.gold.rollups import partition_breakdown
+from pipelines.gold.rollups import partition_breakdown, pod_usage_breakdown
 
 
 def _num(value: Any) -> float | None:
@@ -67,6 +67,7 @@ def waste_summary(ctx: Context, cluster: str, month: str | None, top: int) -> di
             "failed_user_fixable_jobs": int(head["failed_user_fixable_jobs"]),
         },
         "by_resource": _by_resource(head),
+        "kubernetes": _kubernetes(pod_usage_breakdown(usage).first()),
         "by_partition": _group_rows(partition_breakdown(usage).collect(), "partition", top),
         "by_account": _group_rows(
             read_table(spark, settings, "gold.account_month").where(predicate).collect(), "account", top
@@ -75,6 +76,33 @@ def waste_summary(ctx: Context, cluster: str, month: str | None, top: int) -> di
             read_table(spark, settings, "gold.user_month").where(predicate).collect(), "user", top
         ),
         "price_sheet": json.loads(head["price_sheet_json"]) if head["price_sheet_json"] else None,
+    }
+
+
+def _kubernetes(row: Any) -> dict[str, Any]:
+    """Pods' CPU and memory waste with coverage: the share of the month's pods with usage data."""
+    pods = int(row["pods"]) if row is not None else 0
+    with_usage = int(row["pods_with_usage"]) if row is not None else 0
+
+    def resource(unit: str, prefix: str, known: str) -> dict[str, Any]:
+        alloc = _num(row[f"{prefix}_alloc_{unit}"]) if row is not None else None
+        used = _num(row[f"{prefix}_used_{unit}"]) if row is not None else None
+        return {
+            "unit": unit,
+            "pods": int(row[known]) if row is not None else 0,
+            "allocated": alloc,
+            "used": used,
+            "wasted": _num(row[f"{prefix}_wasted_{unit}"]) if row is not None else None,
+            "efficiency_pct": round(used / alloc * 100.0, 6) if alloc and used is not None else None,
+            "wasted_usd": _num(row[f"{prefix}_wasted_usd"]) if row is not None else None,
+        }
+
+    return {
+        "pods": pods,
+        "pods_with_usage": with_usage,
+        "coverage_pct": round(with_usage / pods * 100.0, 6) if pods else None,
+        "cpu": resource("core_h", "cpu", "pods_with_cpu"),
+        "memory": resource("gib_h", "mem", "pods_with_memory"),
     }
 
 

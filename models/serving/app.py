@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from models.serving.answer import recommendation
-from models.serving.code import code_estimate
+from models.serving.code import code_estimate, wanted_files
 from models.serving.job import job_info
 from models.serving.k8s import PodAsk, admission_response
 from models.serving.metrics import Metrics
@@ -26,6 +26,8 @@ from models.serving.schemas import (
     AdmissionReview,
     ClusterReadiness,
     ErrorResponse,
+    FilesRequest,
+    FilesResponse,
     Health,
     Readiness,
     RecommendRequest,
@@ -36,9 +38,11 @@ from models.serving.state import ServingState, StateHolder
 
 MAX_BODY_BYTES = 1024 * 1024
 MUTATE_PATHS = ("/v1/k8s/mutate", "/v1/k8s/mutate/enforce")  # advise, enforce (docs/serve.md)
+FILES_PATH = "/v1/workload/files"  # which files a submit hook should send (docs/hooks.md)
 ENDPOINTS = frozenset(
     {
         "/v1/recommend",
+        FILES_PATH,
         *MUTATE_PATHS,
         "/healthz",
         "/readyz",
@@ -48,7 +52,7 @@ ENDPOINTS = frozenset(
         "/docs",
     }
 )
-JSON_PATHS = frozenset({"/v1/recommend", *MUTATE_PATHS})
+JSON_PATHS = frozenset({"/v1/recommend", FILES_PATH, *MUTATE_PATHS})
 OPEN_PATHS = frozenset({"/healthz"})
 log = logging.getLogger("jobfit.serve")
 
@@ -115,6 +119,12 @@ def create_app(
             answer["status"],
         )
         return answer
+
+    @app.post(FILES_PATH, response_model=FilesResponse, responses=_ERRORS)
+    async def workload_files(body: FilesRequest) -> Any:
+        """The files the script's entry points name, which the submit hook reads and sends as `sources`
+        (the server cannot read the user's files; it only names them, from the script it was sent)."""
+        return wanted_files(body.script)
 
     def mutate(review: AdmissionReview, mode: str) -> dict[str, Any]:
         state = holder.state
@@ -205,14 +215,16 @@ def _answer(
 
 
 def _pod_request(cluster: str, ask: PodAsk) -> RecommendRequest:
-    """The `/v1/recommend` request a pod's ask stands for (CPU rounded up to whole cores, memory in MiB)."""
+    """The `/v1/recommend` request a pod's ask stands for (CPU rounded up to whole cores, memory in MiB,
+    GPUs of the nodeSelector's model; the containers' command lines as the script, no files)."""
     return RecommendRequest(
         cluster=cluster,
         user=ask.user,
         job_name=ask.name[:200],
         cpus_per_task=min(max(math.ceil(ask.cpu_cores), 1), 10_000) if ask.cpu_cores else None,
         mem_per_node=f"{max(math.ceil(ask.mem_bytes / 1024**2), 1)}M" if ask.mem_bytes else None,
-        gres=f"gpu:{min(ask.gpus, 64)}" if ask.gpus else None,
+        gres=f"gpu:{ask.gpu_model + ':' if ask.gpu_model else ''}{min(ask.gpus, 64)}" if ask.gpus else None,
+        script=ask.script[: 512 * 1024] if ask.script else None,
     )
 
 

@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from features.vram import CODE_ONLY_MARGIN, card_bytes, estimate_payload
-from features.workload import bounded_sources, capture
+from features.workload import (
+    MAX_SOURCE_BYTES,
+    MAX_SOURCES,
+    MAX_TOTAL_SOURCE_BYTES,
+    bounded_sources,
+    capture,
+    entry_points,
+    referenced_files,
+)
 from pipelines.silver.scripts import ScriptInfo
 
 
@@ -46,3 +54,19 @@ def code_estimate(
         why = "the request names no GPU model this cluster lists, so no fit verdict"
     payload["recommended_vram_bytes"] = round(float(payload["peak_vram_bytes"]) * (1 + CODE_ONLY_MARGIN))  # type: ignore[arg-type]
     return {"status": "ok", "why": why, **payload}
+
+
+def wanted_files(script: str) -> dict[str, object]:
+    """The files a submit hook should read and send as `sources` for this script: those its entry points
+    name, as named (at most MAX_SOURCES), with the bounds. No file named (or a script that does not
+    read) gives an empty list, never an error."""
+    try:
+        files = referenced_files(entry_points(script))
+    except Exception:  # the hook then sends the script alone; the answer says what was not read
+        files = []
+    return {
+        "files": files,
+        "max_files": MAX_SOURCES,
+        "max_file_bytes": MAX_SOURCE_BYTES,
+        "max_total_bytes": MAX_TOTAL_SOURCE_BYTES,
+    }

@@ -1,12 +1,17 @@
 """The Kubernetes mutating admission webhook (pure): an AdmissionReview v1 for a Pod or a Job in, the
 AdmissionReview response out. Always `allowed: true` (admission fails open); `advise` adds warnings and a
-`jobfit.io/recommendation` annotation, `enforce` also lowers the main containers' requests (docs/serve.md)."""
+`jobfit.io/recommendation` annotation, `enforce` also lowers the main containers' requests (docs/serve.md).
+The main containers' `command`/`args` are the job script of the code-aware VRAM estimate (docs/vram.md):
+files they name cannot be read here, arguments can; a pod that will not fit its GPU is warned and
+annotated (`jobfit.io/vram-estimate`)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import math
+import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +23,10 @@ MODES = ("advise", "enforce")
 USER_LABEL = "jobfit.io/user"  # pod label naming whose history to use (else the namespace)
 LIMITS_ANNOTATION = "jobfit.io/set-limits"  # "true": enforce also sets limits that exist
 RECOMMENDATION_ANNOTATION = "jobfit.io/recommendation"
+VRAM_ANNOTATION = "jobfit.io/vram-estimate"  # the code-aware estimate (docs/vram.md), when one was made
+# Node labels that name the GPU a pod will get (NVIDIA GPU feature discovery; GKE), read from nodeSelector.
+GPU_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
+_SHELLS = ("sh", "bash", "dash", "zsh")
 MAX_WARNING_CHARS = 119  # the API server truncates warnings at 120 characters
 
 
@@ -30,6 +39,8 @@ class PodAsk:
     cpu_cores: float | None
     mem_bytes: int | None
     gpus: int
+    script: str | None = None  # the main containers' command lines (the estimate's job script)
+    gpu_model: str | None = None  # from the nodeSelector's GPU label, as the cluster names cards
 
 
 Recommend = Callable[[PodAsk], dict[str, Any]]
@@ -68,6 +79,8 @@ def _mutation(request: dict[str, Any], mode: str, recommend: Recommend) -> dict[
         cpu_cores=_sum(containers, "cpu"),
         mem_bytes=_mem_sum(containers),
         gpus=int(sum(_gpus(c) for c in containers)),
+        script=pod_script(containers),
+        gpu_model=gpu_model(spec),
     )
     answer = recommend(ask)
     cpu_m, mem_mib = _recommended(answer)
@@ -75,8 +88,14 @@ def _mutation(request: dict[str, Any], mode: str, recommend: Recommend) -> dict[
     note |= {"cpu": f"{cpu_m}m" if cpu_m else None, "memory": f"{mem_mib}Mi" if mem_mib else None}
     if answer.get("status") != "ok":
         note["why"] = str(answer.get("why") or "")[:300]
-    patch = _annotation_patch(meta, note)
+    annotations = {RECOMMENDATION_ANNOTATION: json.dumps(note, separators=(",", ":"), sort_keys=True)}
     warnings = _warnings(ask, answer.get("status"), cpu_m, mem_mib, answer.get("why"))
+    vram = _vram_note(answer.get("code_estimate")) if ask.script else None
+    if vram is not None:
+        annotations[VRAM_ANNOTATION] = json.dumps(vram, separators=(",", ":"), sort_keys=True)
+        if vram.get("fits") is False:
+            warnings.append(_fit_warning(vram))
+    patch = _annotation_patch(meta, annotations)
     if mode == "enforce" and (cpu_m or mem_mib):
         set_limits = (pod_meta.get("annotations") or {}).get(LIMITS_ANNOTATION) == "true"
         shares = _shares(containers, cpu_m, mem_mib)
@@ -144,15 +163,75 @@ def _short(text: str) -> str:
     return line if len(line) <= MAX_WARNING_CHARS else line[: MAX_WARNING_CHARS - 3] + "..."
 
 
-def _annotation_patch(meta: dict[str, Any], note: dict[str, Any]) -> list[dict[str, Any]]:
-    """JSONPatch ops adding the recommendation annotation to the object's own metadata."""
-    value = json.dumps(note, separators=(",", ":"), sort_keys=True)
+def _annotation_patch(meta: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """JSONPatch ops adding the annotations to the object's own metadata."""
     if "annotations" in meta and meta["annotations"] is not None:
-        key = RECOMMENDATION_ANNOTATION.replace("~", "~0").replace("/", "~1")
-        return [{"op": "add", "path": f"/metadata/annotations/{key}", "value": value}]
+        escaped = {key.replace("~", "~0").replace("/", "~1"): v for key, v in annotations.items()}
+        return [{"op": "add", "path": f"/metadata/annotations/{k}", "value": v} for k, v in escaped.items()]
     if meta:
-        return [{"op": "add", "path": "/metadata/annotations", "value": {RECOMMENDATION_ANNOTATION: value}}]
-    return [{"op": "add", "path": "/metadata", "value": {"annotations": {RECOMMENDATION_ANNOTATION: value}}}]
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
+    return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(annotations)}}]
+
+
+def pod_script(containers: list[dict[str, Any]]) -> str | None:
+    """The main containers' command lines as a job script (`command` + `args`, shell-quoted; the command of
+    `sh -c CMD` / `bash -lc CMD` as written), None when no container states a command (the image's own
+    entrypoint is not known here). Files the commands name are not readable from the webhook."""
+    lines = []
+    for container in containers:
+        words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+        if not words:
+            continue
+        if len(words) >= 3 and words[0].rsplit("/", 1)[-1] in _SHELLS and re.fullmatch(r"-\w*c", words[1]):
+            lines.append(words[2])
+        else:
+            lines.append(shlex.join(words))
+    return "#!/bin/sh\n" + "\n".join(lines) + "\n" if lines else None
+
+
+def gpu_model(spec: dict[str, Any]) -> str | None:
+    """The GPU model a pod's nodeSelector asks for, as clusters name cards (`NVIDIA-A100-SXM4-40GB` ->
+    `A100-SXM4-40GB`, GKE's `nvidia-tesla-a100` -> `a100`); None without such a label."""
+    selector = spec.get("nodeSelector") or {}
+    for label in GPU_LABELS:
+        value = str(selector.get(label) or "")
+        name = re.sub(r"^(?:nvidia[-_])?(?:tesla[-_])?", "", value, flags=re.IGNORECASE)
+        if name and re.fullmatch(r"[A-Za-z0-9_.\-]{1,100}", name):
+            return name
+    return None
+
+
+def _vram_note(code: object) -> dict[str, Any] | None:
+    """The `jobfit.io/vram-estimate` annotation from the answer's code_estimate: the verdict, the estimate
+    and the card in GiB, up to 3 changes that fit, the files named but not readable here; None when the
+    command names no workload."""
+    if not isinstance(code, dict) or code.get("status") in (None, "no_script", "no_entry_point"):
+        return None
+    capture = code.get("capture") or {}
+    unread = [f for f in capture.get("files_named") or [] if f not in (capture.get("files_read") or [])]
+    note: dict[str, Any] = {"status": code["status"]}
+    if unread:
+        note["files_not_read"] = unread[:8]
+    if code["status"] != "ok":
+        return note | {"why": str(code.get("why") or "")[:300]}
+    gib = 1024**3
+    note |= {
+        "fits": code.get("fits"),
+        "gpu_model": code.get("gpu_model"),
+        "peak_vram_gib": round(float(code["peak_vram_bytes"]) / gib, 1),
+        "gpu_mem_gib": round(float(code["gpu_mem_bytes"]) / gib, 1) if code.get("gpu_mem_bytes") else None,
+    }
+    changes = [str(c.get("what")) for c in code.get("changes_that_fit") or [] if isinstance(c, dict)]
+    return note | {"changes_that_fit": changes[:3]}
+
+
+def _fit_warning(vram: dict[str, Any]) -> str:
+    """The will-not-fit warning, under 120 characters."""
+    first = (vram.get("changes_that_fit") or ["none found"])[0]
+    return _short(
+        f"jobfit: will not fit one {vram['gpu_model']}: ~{vram['peak_vram_gib']} GiB/GPU from its command, "
+        f"card {vram['gpu_mem_gib']} GiB; try: {first}"
+    )
 
 
 def _shares(containers: list[dict[str, Any]], cpu_m: int | None, mem_mib: int | None) -> list[dict[str, str]]:

@@ -49,6 +49,24 @@ class RecommendRequest(BaseModel):
     )
 
 
+class FilesRequest(BaseModel):
+    """A job script whose entry points' files a submit hook is about to read (`POST /v1/workload/files`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    script: str = Field(max_length=512 * 1024, description="the job script text (never logged)")
+
+
+class FilesResponse(BaseModel):
+    """The files the script's entry points name, as named (features/workload.py `referenced_files`), and
+    the bounds the server reads them under (`sources` of /v1/recommend)."""
+
+    files: list[str] = Field(examples=[["train.py", "configs/lora.yaml"]])
+    max_files: int
+    max_file_bytes: int
+    max_total_bytes: int
+
+
 class HistorySource(BaseModel):
     """Where the user's history came from: the snapshot `jobfit train` logged (run id, when taken)."""
 

@@ -21,6 +21,10 @@ def _month_metrics() -> list[Column]:
         F.count(F.lit(1)).alias("jobs"),
         F.count_if(gpu_job).alias("gpu_jobs"),
         F.count_if(gpu_job & ~F.col("has_gpu_telemetry")).alias("gpu_jobs_no_telemetry"),
+        F.count_if(gpu_job & (F.col("gpu_telemetry_source") == "jobstats")).alias("gpu_jobs_jobstats"),
+        F.count_if(F.coalesce(F.col("has_gpu_source_conflict"), F.lit(False))).alias(
+            "gpu_jobs_source_conflict"
+        ),
         F.count_if(F.col("is_user_fixable_failure")).alias("failed_user_fixable_jobs"),
         *[_sum(name).alias(name) for name in SUMMED_COLUMNS],
         # GPU-hours of jobs whose utilisation is known: the base of the GPU figures.
@@ -109,4 +113,29 @@ def partition_breakdown(job_usage: DataFrame) -> DataFrame:
     """Allocated and wasted dollars per partition (for `jobfit waste`), with the shares."""
     return with_rounded(
         _with_shares(job_usage.groupBy("cluster", "month", "partition").agg(*_month_metrics()))
+    )
+
+
+def pod_usage_breakdown(job_usage: DataFrame) -> DataFrame:
+    """Kubernetes pods of gold.job_usage in one row (for `jobfit waste`): pods, pods with measured usage
+    (CPU or memory, from silver.pod_usage), and per resource the allocated, used and wasted hours and wasted
+    dollars of the pods whose use of it is known (an unmeasured pod is unknown, not idle)."""
+    pods = job_usage.filter(F.col("source") == "k8s")
+    cpu_known = F.col("cpu_used_core_h").isNotNull()
+    mem_known = F.col("mem_used_gib_h").isNotNull()
+    return with_rounded(
+        pods.agg(
+            F.count("*").alias("pods"),
+            F.count(F.when(cpu_known | mem_known, 1)).alias("pods_with_usage"),
+            F.count(F.when(cpu_known, 1)).alias("pods_with_cpu"),
+            F.count(F.when(mem_known, 1)).alias("pods_with_memory"),
+            F.sum(F.when(cpu_known, F.col("cpu_alloc_core_h"))).alias("cpu_alloc_core_h"),
+            F.sum("cpu_used_core_h").alias("cpu_used_core_h"),
+            F.sum("cpu_wasted_core_h").alias("cpu_wasted_core_h"),
+            F.sum(F.when(cpu_known, F.col("cpu_wasted_usd"))).alias("cpu_wasted_usd"),
+            F.sum(F.when(mem_known, F.col("mem_alloc_gib_h"))).alias("mem_alloc_gib_h"),
+            F.sum("mem_used_gib_h").alias("mem_used_gib_h"),
+            F.sum("mem_wasted_gib_h").alias("mem_wasted_gib_h"),
+            F.sum(F.when(mem_known, F.col("mem_wasted_usd"))).alias("mem_wasted_usd"),
+        )
     )

@@ -29,7 +29,9 @@ KEPT_METRICS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0),
 }
 
-_PROM_RE = r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{(.*)\})?\s+(\S+)(\s+(-?[0-9]+))?\s*$"
+_PROM_RE = r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{(.*)\})?\s+(\S+)(\s+(-?[0-9]+(?:\.[0-9]*)?))?\s*$"
+# `promtool tsdb dump` and remote-read exports carry the name as a label: `{__name__="m",a="1"} 5 1700000`.
+_NAME_LABEL_RE = r'__name__\s*=\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"\s*,?\s*'
 # One label pair with its separator (a comma, or the end of the set); values may hold escapes.
 _PAIR_RE = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)'
 _SEP, _KV = "\u0001", "\u0002"  # control characters that cannot occur in a text line of a scrape
@@ -56,7 +58,11 @@ def _groups(raw: Column, pattern: str, groups: tuple[int, ...]) -> Column:
 def _split_lines(lines: DataFrame, csv_files: list[str]) -> DataFrame:
     """Per line: metric, label text, value text, timestamp (or null), and a shape error when it has none."""
     is_csv = F.col("source_file").isin(csv_files) if csv_files else F.lit(False)
-    raw = F.col("raw")
+    # A line starting `{` names its metric in `__name__`: moved in front, so one pattern reads both forms.
+    raw = F.when(
+        F.col("raw").rlike(r"^\s*\{"),
+        F.concat(F.regexp_extract("raw", _NAME_LABEL_RE, 1), F.regexp_replace("raw", _NAME_LABEL_RE, "")),
+    ).otherwise(F.col("raw"))
     with_parts = lines.select(
         "*",
         F.when(is_csv, _groups(raw, _CSV_RE, (1, 2, 3, 4)))
@@ -81,7 +87,12 @@ def _split_lines(lines: DataFrame, csv_files: list[str]) -> DataFrame:
         F.when(is_csv, csv_labels).otherwise(part[1]).alias("label_text"),
         F.when(is_csv, F.trim(part[3])).otherwise(part[2]).alias("value_text"),
         F.when(is_csv, csv_ts)
-        .otherwise(F.when(part[3] != "", F.timestamp_millis(part[3].cast("long"))))
+        .otherwise(
+            # Prometheus text writes milliseconds; OpenMetrics (`promtool tsdb dump-openmetrics`) seconds.
+            F.when(
+                part[3].contains("."), F.timestamp_micros((part[3].cast("double") * 1e6).cast("long"))
+            ).when(part[3] != "", F.timestamp_millis(part[3].cast("long")))
+        )
         .alias("line_ts"),
         F.when(is_csv & ~matched, F.lit("not a CSV row of timestamp,metric,labels,value"))
         .when(is_csv & csv_ts.isNull(), F.lit("timestamp is neither ISO-8601 nor epoch seconds"))
@@ -107,11 +118,12 @@ def _label_arrays(label_text: Column) -> tuple[Column, Column, Column]:
     return keys, F.transform(entries, value), well_formed
 
 
-def check_dcgm_lines(lines: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]) -> DataFrame:
-    """Every content line parsed (metric, labels, value, ts, host, GPU identity) with `reason` set when it
-    is rejected. `scrape_ts` maps source_file to the time of lines without a timestamp; `csv_files` lists
-    the sources in CSV long format (their header line is skipped). Persist it: rejects, samples and the
-    line tally all read it."""
+def parse_exposition(lines: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]) -> DataFrame:
+    """The content lines of Prometheus text scrapes, dumps (`{__name__="m",...}` lines; OpenMetrics seconds)
+    or CSV long-format archives, split: `metric`, `label_text`, `labels` (a map; null when `labels_ok` is
+    false: malformed or repeated labels), `value_text`, `value` (double; null when not a number), `ts`
+    (the line's, else its file's scrape time from `scrape_ts`) and `shape_error` (the line is no sample).
+    Blank lines, `#` comments and the CSV header are dropped. The DCGM and k8s-metrics ingests share it."""
     trimmed = F.trim(F.col("raw"))
     lines = lines.filter((trimmed != "") & ~trimmed.startswith("#") & (F.lower(trimmed) != CSV_HEADER))
     file_ts = (
@@ -122,16 +134,30 @@ def check_dcgm_lines(lines: DataFrame, scrape_ts: dict[str, object], csv_files: 
     split = _split_lines(lines, csv_files)
     keys, vals, well_formed = _label_arrays(F.col("label_text"))
     labels_ok = well_formed & (F.size(F.array_distinct(keys)) == F.size(keys))
-    value = F.col("value_text").try_cast("double")
     ts = F.coalesce(F.col("line_ts"), F.element_at(file_ts, F.col("source_file")).cast("timestamp"))
+    return split.select(
+        "*",
+        F.when(labels_ok, F.map_from_arrays(keys, vals)).alias("labels"),
+        labels_ok.alias("labels_ok"),
+        F.col("value_text").try_cast("double").alias("value"),
+        ts.alias("ts"),
+    )
+
+
+def check_dcgm_lines(lines: DataFrame, scrape_ts: dict[str, object], csv_files: list[str]) -> DataFrame:
+    """Every content line parsed (metric, labels, value, ts, host, GPU identity) with `reason` set when it
+    is rejected. `scrape_ts` maps source_file to the time of lines without a timestamp; `csv_files` lists
+    the sources in CSV long format (their header line is skipped). Persist it: rejects, samples and the
+    line tally all read it."""
+    split = parse_exposition(lines, scrape_ts, csv_files)
+    labels_ok = F.col("labels_ok")
+    value = F.col("value")
     labels = F.col("labels")
     pod = _label(labels, "pod", "pod_name")
     namespace = _label(labels, "namespace", "pod_namespace")
     gi = F.element_at(labels, "GPU_I_ID").try_cast("int")
-    parsed = split.withColumn("labels", F.when(labels_ok, F.map_from_arrays(keys, vals))).select(
+    parsed = split.select(
         "*",
-        value.alias("value"),
-        ts.alias("ts"),
         _label(labels, "hostname", "Hostname").alias("host"),
         _label(labels, "UUID", "gpu_uuid").alias("uuid"),
         F.element_at(labels, "gpu").alias("gpu_text"),

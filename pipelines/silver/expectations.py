@@ -13,7 +13,13 @@ from __future__ import annotations
 import great_expectations as gx
 from great_expectations import expectations as E
 
-from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOB_STEPS, SILVER_JOBS, TableSpec
+from pipelines.schemas import (
+    SILVER_GPU_SAMPLES,
+    SILVER_JOB_STEPS,
+    SILVER_JOBS,
+    SILVER_POD_SAMPLES,
+    TableSpec,
+)
 from pipelines.states import JOB_STATES
 
 ROW, TABLE = "row", "table"
@@ -111,15 +117,25 @@ def _gpu_samples() -> list[gx.expectations.Expectation]:
     ]
 
 
+def _pod_samples() -> list[gx.expectations.Expectation]:
+    return [
+        *_keys(SILVER_POD_SAMPLES),
+        E.ExpectColumnValuesToBeInSet(column="form", value_set=["resource", "cadvisor"], meta=_row()),
+        *_non_negative("cpu_usage_s", "mem_working_set_bytes"),
+    ]
+
+
 _SUITES = {
     SILVER_JOBS.name: _jobs,
     SILVER_JOB_STEPS.name: _job_steps,
     SILVER_GPU_SAMPLES.name: _gpu_samples,
+    SILVER_POD_SAMPLES.name: _pod_samples,
 }
 
 
 def suite_for(table: str) -> gx.ExpectationSuite:
-    """The declared suite of a silver table (`silver.jobs`, `silver.job_steps`, `silver.gpu_samples`)."""
+    """The declared suite of a silver table (`silver.jobs`, `silver.job_steps`, `silver.gpu_samples`,
+    `silver.pod_samples`)."""
     if table not in _SUITES:
         raise KeyError(f"no expectation suite for {table!r}; known: {', '.join(sorted(_SUITES))}")
     return gx.ExpectationSuite(

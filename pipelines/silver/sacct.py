@@ -64,6 +64,8 @@ FIELDS: tuple[Field, ...] = (
     Field("AllocTRES", "alloc_tres", "tres"),
     Field("TRESUsageInMax", "tres_usage_in_max", "tres"),
     Field("TRESUsageInTot", "tres_usage_in_tot", "tres"),
+    # Princeton jobstats summary (`JS1:...`), decoded into silver.jobstats (pipelines/silver/jobstats.py)
+    Field("AdminComment", "admin_comment", "text"),
 )
 FIELDS_BY_NAME: dict[str, Field] = {f.name.lower(): f for f in FIELDS}
 REQUIRED = ("jobid",)
@@ -101,6 +103,8 @@ _OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("alloc_tres", "string"),
     ("tres_usage_in_max", "string"),
     ("tres_usage_in_tot", "string"),
+    ("admin_comment", "string"),
+    ("is_partition_timelimit", "boolean"),
 )
 
 _HEADER_TOKEN = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -202,6 +206,14 @@ def _text(v: Column) -> Column:
     return F.when(t != "", t)
 
 
+def _partition_limit(field: Field, v: Column) -> dict[str, Column]:
+    """For Timelimit/TimelimitRaw: `is_partition_timelimit` (the job runs under its partition's MaxTime).
+    timelimit_s is null for it as for UNLIMITED; gold resolves the partition's limit, never UNLIMITED."""
+    if field.column != "timelimit_s":
+        return {}
+    return {"is_partition_timelimit": F.upper(F.trim(v)) == "PARTITION_LIMIT"}
+
+
 def _convert(field: Field, v: Column) -> tuple[dict[str, Column], Column]:
     kind, col = field.kind, field.column
     if kind in ("text", "tres", "state", "jobid"):
@@ -213,10 +225,10 @@ def _convert(field: Field, v: Column) -> tuple[dict[str, Column], Column]:
         ok = _blank(v) | number.isNotNull()
         if kind == "minutes":
             ok = ok | F.upper(t).isin(*U.NO_DURATION)
-            return {col: number * 60.0}, ok
+            return {col: number * 60.0, **_partition_limit(field, v)}, ok
         return {col: number}, ok
     if kind == "duration":
-        return {col: U.duration_s_col(v)}, U.duration_ok_col(v)
+        return {col: U.duration_s_col(v), **_partition_limit(field, v)}, U.duration_ok_col(v)
     if kind == "mem":
         return {col: U.mem_bytes_col(v)}, U.mem_ok_col(v)
     if kind == "req_mem":
@@ -471,6 +483,7 @@ def with_jobs(parsed: DataFrame, steps: DataFrame) -> DataFrame:
         "end_ts",
         F.col("elapsed_s").try_cast("long").alias("elapsed_s"),
         F.col("timelimit_s").try_cast("long").alias("timelimit_s"),
+        "is_partition_timelimit",
         F.coalesce(F.col("req_cpus"), U.tres_count_col(req, "cpu")).try_cast("int").alias("req_cpus"),
         alloc_cpus.try_cast("int").alias("alloc_cpus"),
         F.coalesce(req_mem, U.tres_mem_col(req, "mem")).alias("req_mem_bytes"),
@@ -496,6 +509,7 @@ def with_jobs(parsed: DataFrame, steps: DataFrame) -> DataFrame:
         "ingested_at",
         "raw",
         "file_order",
+        "admin_comment",  # not stored in silver.jobs: decoded into silver.jobstats
     )
 
 

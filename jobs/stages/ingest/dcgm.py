@@ -65,8 +65,11 @@ def scrape_time(name: str, now: datetime) -> datetime:
     return now
 
 
-def parquet_lines(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
-    """Parquet archives' rows as bronze-shaped lines (rendered in the CSV archive form; line_no = row + 1)."""
+def parquet_lines(
+    ctx: Context, refs: list[InputRef], cluster: str, what: str = "a DCGM archive"
+) -> DataFrame:
+    """Parquet archives' rows as bronze-shaped lines (rendered in the CSV archive form; line_no = row + 1);
+    `what` names the archive in the error for one without the long-format columns."""
     spark, now = ctx.spark, ctx.now()
     frames = []
     for ref in refs:
@@ -74,9 +77,7 @@ def parquet_lines(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame
             rows = spark.read.parquet(str(Path(ref.name).resolve()))
             rendered = archive_rows_as_lines(rows.select("*", "_metadata.row_index"))
         except ValueError as exc:
-            raise UsageError(
-                f"{ref.name}: {exc} (a DCGM archive has timestamp, metric, labels, value)"
-            ) from exc
+            raise UsageError(f"{ref.name}: {exc} ({what} has timestamp, metric, labels, value)") from exc
         frames.append(
             rendered.select(
                 F.lit(cluster).alias("cluster"),

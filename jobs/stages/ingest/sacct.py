@@ -6,13 +6,17 @@ or a silver row that was inserted, updated, unchanged or superseded by a newer r
 (the newer-wins rule of its TableSpec, `pipelines.schemas.NewerWins`). The run checks that these add up
 to the lines read. A job whose script was ingested first takes its `script_hash` from silver.job_scripts
 (`pipelines.silver.script_links`).
+
+A job record whose AdminComment holds a Princeton jobstats summary (`JS1:...`) also lands in
+silver.jobstats (`pipelines.silver.jobstats`); a summary that does not decode goes to quarantine (source
+`jobstats`) with its reason while the job row lands as usual. Summaries are counted apart from lines.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 from pyspark import StorageLevel
@@ -23,11 +27,12 @@ from jobs.context import Context, DataError, UsageError
 from jobs.io.tables import MergeCounts, conform, merge_into, read_table, table_exists
 from jobs.io.validate import validate
 from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS, TableSpec
-from pipelines.silver import sacct
+from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS, SILVER_JOBSTATS, TableSpec
+from pipelines.silver import jobstats, sacct
 from pipelines.silver.script_links import with_script_hash
 
 SOURCE = "sacct"
+JOBSTATS_SOURCE = "jobstats"  # quarantine source of a jobstats summary that does not decode
 # Columns that record where a row came from, not what it says: they never make a row "changed".
 _PROVENANCE = ("ingested_at", "source_file", "line_no")
 
@@ -37,9 +42,17 @@ class SacctReport(IngestReport):
     """IngestReport plus the lines that carry no record (headers, comments, blank lines)."""
 
     skipped: int = 0
+    # AdminComment jobstats summaries of the batch's job records: decoded, quarantined (not lines: a job
+    # whose summary is quarantined still counts as its silver.jobs row).
+    jobstats: dict[str, int] = field(default_factory=lambda: {"decoded": 0, "quarantined": 0})
 
     def text(self) -> str:
-        return super().text() + f"\n  skipped (headers, comments, blank lines): {self.skipped}"
+        return (
+            super().text()
+            + f"\n  skipped (headers, comments, blank lines): {self.skipped}"
+            + f"\n  jobstats summaries (AdminComment JS1): {self.jobstats['decoded']} decoded, "
+            + f"{self.jobstats['quarantined']} quarantined"
+        )
 
 
 def _layouts(files, fmt: tuple[str, ...] | None) -> dict[str, sacct.Layout]:
@@ -147,7 +160,28 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
     )
     rejects = parse_rejects.unionByName(checked_jobs.rejects).unionByName(checked_steps.rejects)
     report.quarantined = kinds[sacct.REJECT] + checked_jobs.rejected + checked_steps.rejected
-    if report.quarantined:
+
+    summaries = jobstats.with_jobstats(checked_jobs.valid).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = Counter(
+        {
+            r["ok"]: r["count"]
+            for r in summaries.groupBy(F.col("error").isNull().alias("ok")).count().collect()
+        }
+    )
+    report.jobstats = {"decoded": decoded[True], "quarantined": decoded[False]}
+    if decoded[False]:
+        reason = F.concat(F.lit("bad jobstats AdminComment: "), F.col("error"))
+        rejects = rejects.unionByName(
+            summaries.where(F.col("error").isNotNull()).select(
+                "cluster",
+                F.lit(JOBSTATS_SOURCE).alias("source"),
+                "source_file",
+                "line_no",
+                "raw",
+                reason.alias("reason"),
+            )
+        )
+    if report.quarantined or decoded[False]:
         write_quarantine(ctx, rejects)
 
     ctx.progress("merging into silver")
@@ -161,7 +195,12 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
         report.unchanged += counts.unchanged
         superseded += lost_to_stored
     report.superseded = superseded
-    for frame in (jobs, steps, parsed, bronze):
+    counts, lost_to_stored = _write(
+        ctx, SILVER_JOBSTATS, summaries.where(F.col("error").isNull()), decoded[True]
+    )
+    report.add(SILVER_JOBSTATS.name, counts)
+    report.tables[SILVER_JOBSTATS.name]["superseded"] = lost_to_stored
+    for frame in (summaries, jobs, steps, parsed, bronze):
         frame.unpersist()
 
     accounted = (

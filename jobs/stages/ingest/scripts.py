@@ -6,21 +6,37 @@ named by its job id (`12345.sh`, `12345_7.sbatch`, `12345`). A script whose file
 stored in silver.scripts without a job link; a job whose script sacct did not store (`NONE`) is
 quarantined. Jobs already in silver.jobs get `script_hash` set here (own link, else their array's or
 het job's: `pipelines.silver.script_links`); jobs ingested later take it from silver.job_scripts in
-`ingest sacct`."""
+`ingest sacct`.
+
+`--sources DIR`: a side folder of the files each job's entry points read, `DIR/<job id>/<path>` (the
+training script and configs, as an archive kept them), into silver.sources (one row per sha256 of the
+bytes, however many jobs share the file) and silver.job_sources (job, path -> hash). A file over 256 KiB
+(the submit-time bound, features/workload.py) or not UTF-8 text is left out and counted; a folder whose name
+is not a job id is skipped and counted."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from jobs.context import Context
+from features.workload import MAX_SOURCE_BYTES
+from jobs.context import Context, UsageError
 from jobs.io.tables import merge_into, read_table, table_exists, table_path
 from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
-from pipelines.schemas import QUARANTINE, SILVER_JOB_SCRIPTS, SILVER_JOBS, SILVER_SCRIPTS
+from pipelines.schemas import (
+    QUARANTINE,
+    SILVER_JOB_SCRIPTS,
+    SILVER_JOB_SOURCES,
+    SILVER_JOBS,
+    SILVER_SCRIPTS,
+    SILVER_SOURCES,
+)
 from pipelines.silver.script_links import with_script_hash
 from pipelines.silver.scripts import parse_script, split_batch_script_output
 
@@ -31,6 +47,73 @@ def job_id_from_name(path: str) -> str | None:
     """The job id a script file is named by (`12345.sh` -> `12345`, `12345_7` -> `12345_7`), else None."""
     m = _JOB_ID_NAME.match(os.path.basename(path))
     return m.group(1) if m else None
+
+
+def job_sources(root: str | Path) -> tuple[list[tuple[str, str, str, bytes]], dict[str, int]]:
+    """The files of a side folder of sources per job: (job id, path relative to the job's folder, sha256,
+    bytes) for every regular file under `root/<job id>/`, sorted; and what was left out, counted
+    (`too_large`: over MAX_SOURCE_BYTES, `not_text`: not UTF-8, `not_a_job`: a top folder or file whose name
+    is not a job id)."""
+    base = Path(root)
+    if not base.is_dir():
+        raise UsageError(f"--sources {root}: not a folder")
+    found: list[tuple[str, str, str, bytes]] = []
+    skipped = {"too_large": 0, "not_text": 0, "not_a_job": 0}
+    for top in sorted(base.iterdir()):
+        job_id = job_id_from_name(top.name) if top.is_dir() else None
+        if job_id is None or job_id != top.name:
+            skipped["not_a_job"] += 1
+            continue
+        for path in sorted(p for p in top.rglob("*") if p.is_file()):
+            if path.stat().st_size > MAX_SOURCE_BYTES:
+                skipped["too_large"] += 1
+                continue
+            data = path.read_bytes()
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                skipped["not_text"] += 1
+                continue
+            found.append((job_id, path.relative_to(top).as_posix(), hashlib.sha256(data).hexdigest(), data))
+    return found, skipped
+
+
+def _ingest_sources(ctx: Context, root: str, cluster: str, report: IngestReport) -> None:
+    """The side folder into silver.sources (insert-only by hash) and silver.job_sources."""
+    found, skipped = job_sources(root)
+    now = ctx.now()
+    texts = {sha: data for _, _, sha, data in found}
+    ctx.progress(
+        f"sources: {len(found)} file(s) of {len({j for j, *_ in found})} job(s), {len(texts)} distinct"
+    )
+    report.tables["sources left out"] = skipped
+    if not found:
+        return
+    names = [f.name for f in SILVER_SOURCES.schema.fields]
+    rows = [
+        {
+            "cluster": cluster,
+            "source_hash": sha,
+            "bytes": len(data),
+            "text": data.decode("utf-8"),
+            "ingested_at": now,
+        }
+        for sha, data in texts.items()
+    ]
+    frame = ctx.spark.createDataFrame([tuple(r[n] for n in names) for r in rows], SILVER_SOURCES.schema)
+    report.add(
+        SILVER_SOURCES.name, merge_into(ctx.spark, ctx.settings, SILVER_SOURCES.name, frame, insert_only=True)
+    )
+    names = [f.name for f in SILVER_JOB_SOURCES.schema.fields]
+    links = [
+        {"cluster": cluster, "job_id": job, "path": path, "source_hash": sha, "ingested_at": now}
+        for job, path, sha, _ in found
+    ]
+    frame = ctx.spark.createDataFrame([tuple(r[n] for n in names) for r in links], SILVER_JOB_SOURCES.schema)
+    counts = merge_into(
+        ctx.spark, ctx.settings, SILVER_JOB_SOURCES.name, frame, update_when="t.source_hash <> s.source_hash"
+    )
+    report.add(SILVER_JOB_SOURCES.name, counts)
 
 
 def _header_line(lines: list[str], job_id: str) -> int:
@@ -70,8 +153,11 @@ def link_jobs(ctx: Context, cluster: str) -> int:
     return n
 
 
-def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
-    """Parse each script once per content hash; link jobs to hashes; quarantine jobs without a script."""
+def run(ctx: Context, paths: Sequence[str], cluster: str, sources: str | None = None) -> IngestReport:
+    """Parse each script once per content hash; link jobs to hashes; quarantine jobs without a script;
+    with `sources`, store the side folder of sources per job (by hash, linked to the job)."""
+    if sources is not None and not Path(sources).is_dir():  # fails before anything is written
+        raise UsageError(f"--sources {sources}: not a folder")
     files = read_inputs(paths)
     report = IngestReport(source="scripts", cluster=cluster, files=len(files))
     now = ctx.now()
@@ -142,4 +228,6 @@ def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
         ctx.progress(f"scripts: script_hash set on {linked} silver.jobs row(s)")
         report.tables[SILVER_JOBS.name] = {"script_hash_set": linked}
     report.tables["scripts without a job id"] = {"scripts": unlinked}
+    if sources is not None:
+        _ingest_sources(ctx, sources, cluster, report)
     return report

@@ -1,0 +1,479 @@
+"""One rank's bottlenecks from its trace events, and a job's findings from its ranks (plain Python/pandas:
+the Spark build applies `analyze_rank` per trace, `jobfit bottlenecks` and the bench call it directly).
+
+Every finding carries its share of step time, the figures it rests on, the fix (pipelines/gold/bottlenecks/
+rules.py) and the user's line: the innermost frame of the responsible operator's `Call stack` that is the
+user's own code, else the innermost user `python_function` event enclosing it (with_stack=True traces).
+"User code" is the failure diagnosis' notion (`pipelines.gold.failures.tracebacks.frame_owner`)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from conf import BottleneckSettings
+from pipelines.gold.bottlenecks.breakdown import (
+    COMM_KERNEL_RE,
+    RUNTIME_CATS,
+    find_steps,
+    gpu_breakdown,
+    intersect,
+    merge,
+    prepare,
+    step_breakdown,
+    total,
+)
+from pipelines.gold.bottlenecks.rules import RULES
+from pipelines.gold.failures.tracebacks import frame_owner
+
+FRAME_RE = re.compile(r"^\s*(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<function>.*?)\s*$")
+# Host calls that block until the GPU is done (runtime API names, and the operators that imply one).
+SYNC_RUNTIME_RE = re.compile(
+    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|StreamWaitEvent)"
+)
+SYNC_OP_NAMES = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal"})
+GEMM_RE = re.compile(r"gemm|conv|cutlass|xmma|cublas|implicit_convolve|wgrad|dgrad|fprop|Kernel_mm", re.I)
+# Tensor-Core kernels by name (torch-tb-profiler's TC_Allowlist, after NVIDIA PyProf), plus later names.
+TENSOR_CORE_RE = re.compile(
+    r"h884|s884|h1688|s1688|hmma|i8816|16816|dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv1x1|"
+    r"conv2d_c1_k1|direct_group|xmma_implicit_gemm|xmma_sparse_conv|xmma_warp_specialized_implicit_gemm|"
+    r"xmma_gemm|xmma_sparse_gemm|c1688|tf32|bf16|f16f16|wgmma|tensorop|_tn_|sm90_xmma|sm80_xmma"
+)
+SAMPLE_FRAMES = 400  # responsible events whose frame is looked up per finding (largest first)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The user's line a finding names."""
+
+    file: str
+    line: int
+    function: str
+
+
+@dataclass
+class Finding:
+    """One bottleneck of one rank (or of a job, for `straggler`)."""
+
+    kind: str
+    rank: int | None
+    share_pct: float
+    evidence: str
+    fix: str
+    frame: Frame | None = None
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RankAnalysis:
+    """One rank's breakdowns and findings."""
+
+    rank: int | None
+    steps: int
+    step_source: str
+    mean_step_us: float
+    warmup_us: float
+    breakdown_pct: dict[str, float]
+    gpu_pct: dict[str, float] | None
+    idle_split_pct: dict[str, float] | None
+    kernels: int
+    has_gpu: bool
+    has_stacks: bool
+    findings: list[Finding]
+    notes: list[str]
+
+
+def parse_frame(text: str) -> Frame | None:
+    """`path(line): function` as a Frame; None when the text is not one (`<built-in method ...>`)."""
+    m = FRAME_RE.match(text)
+    if not m:
+        return None
+    return Frame(m.group("file"), int(m.group("line")), m.group("function"))
+
+
+def user_frame_of_stack(stack: str | None) -> Frame | None:
+    """The innermost user frame of a `Call stack` (frames innermost first, `;`-separated)."""
+    if not stack:
+        return None
+    for part in stack.split(";"):
+        frame = parse_frame(part)
+        if frame is not None and frame_owner(frame.file) == "user":
+            return frame
+    return None
+
+
+class FrameFinder:
+    """Finds the user's line behind host events: their own stack, else an enclosing user python_function,
+    else (for a runtime call or a GPU event) the operator that launched it."""
+
+    def __init__(self, ev: pd.DataFrame) -> None:
+        self.ev = ev
+        py = ev[ev["kind"] == "python_function"]
+        frames = py["name"].map(parse_frame)
+        user = frames.map(lambda f: f is not None and frame_owner(f.file) == "user")
+        self.py = py[user.astype(bool)].assign(frame=frames[user.astype(bool)])
+        ops = ev[ev["kind"].isin(("cpu_op", "user_annotation")) & ev["external_id"].notna()]
+        self.op_by_external = ops.drop_duplicates("external_id", keep="last").set_index("external_id")
+        runtime = ev[ev["cat"].isin(RUNTIME_CATS) & ev["correlation"].notna()]
+        self.launch_by_correlation = runtime.drop_duplicates("correlation").set_index("correlation")
+        self.has_any = bool(ev["call_stack"].notna().any() or len(self.py))
+
+    def _enclosing(self, tid: Any, ts: float, end: float) -> Frame | None:
+        cand = self.py[(self.py["tid"] == tid) & (self.py["ts_us"] <= ts) & (self.py["end_us"] >= end)]
+        if cand.empty:
+            return None
+        return cand.loc[cand["ts_us"].idxmax(), "frame"]
+
+    def host_frame(self, row: pd.Series) -> Frame | None:
+        frame = user_frame_of_stack(row.get("call_stack"))
+        if (
+            frame is None
+            and pd.notna(row.get("external_id"))
+            and row["external_id"] in self.op_by_external.index
+        ):
+            op = self.op_by_external.loc[row["external_id"]]
+            frame = user_frame_of_stack(op.get("call_stack"))
+            if frame is None and len(self.py):
+                frame = self._enclosing(op["tid"], op["ts_us"], op["end_us"])
+        if frame is None and len(self.py):
+            frame = self._enclosing(row["tid"], row["ts_us"], row["end_us"])
+        return frame
+
+    def gpu_frame(self, row: pd.Series) -> Frame | None:
+        corr = row.get("correlation")
+        if pd.isna(corr) or corr not in self.launch_by_correlation.index:
+            return None
+        return self.host_frame(self.launch_by_correlation.loc[corr])
+
+    def top(self, rows: pd.DataFrame, gpu: bool, weight: str = "dur_us") -> Frame | None:
+        """The user frame carrying the most `weight` among the rows (the largest SAMPLE_FRAMES rows)."""
+        if not self.has_any or rows.empty:
+            return None
+        sample = rows.nlargest(SAMPLE_FRAMES, weight)
+        totals: dict[Frame, float] = {}
+        for _, r in sample.iterrows():
+            frame = self.gpu_frame(r) if gpu else self.host_frame(r)
+            if frame is not None:
+                totals[frame] = totals.get(frame, 0.0) + float(r[weight])
+        return max(totals, key=lambda f: totals[f]) if totals else None
+
+
+def _where(frame: Frame | None) -> str:
+    return f"{frame.file}:{frame.line} ({frame.function})" if frame else "the training loop"
+
+
+def _in_steps(df: pd.DataFrame, steps: list[tuple[float, float]]) -> pd.DataFrame:
+    if not steps or df.empty:
+        return df.iloc[0:0]
+    lo = np.array([a for a, _ in steps])
+    hi = np.array([b for _, b in steps])
+    idx = np.searchsorted(lo, df["ts_us"].to_numpy(), side="right") - 1
+    ok = (idx >= 0) & (df["ts_us"].to_numpy() < hi[np.clip(idx, 0, None)])
+    return df[ok]
+
+
+def _window_time(df: pd.DataFrame, steps: list[tuple[float, float]]) -> float:
+    """Busy time of the rows' union inside the steps (µs)."""
+    if df.empty:
+        return 0.0
+    return total(
+        intersect(merge(df["ts_us"].to_numpy(), df["end_us"].to_numpy()), merge(*zip(*steps, strict=True)))
+    )
+
+
+def analyze_rank(
+    events: pd.DataFrame,
+    settings: BottleneckSettings,
+    rank: int | None = None,
+    compute_major: int | None = None,
+    device_name: str | None = None,
+) -> RankAnalysis:
+    """Breakdowns and findings of one rank's trace (events with silver.profiler_events columns)."""
+    ev = prepare(events)
+    steps = find_steps(ev)
+    sb = step_breakdown(ev, steps.ranges)
+    gb = gpu_breakdown(ev, settings.kernel_wait_us)
+    finder = FrameFinder(ev)
+    notes = [steps.note] if steps.note else []
+    findings: list[Finding] = []
+    has_gpu = gb is not None
+    if not has_gpu:
+        notes.append("no GPU activity in the trace (CPU-only): GPU findings need kernels, copies or memsets")
+    if not finder.has_any:
+        notes.append("no Python stacks in the trace: record with with_stack=True to get file and line")
+    step_total = sb.mean_step_us * sb.steps
+    if has_gpu and sb.steps:
+        findings += _rank_findings(ev, steps.ranges, sb.pct, step_total, gb, finder, settings, compute_major)
+        if "AMD" in (device_name or "").upper():  # Tensor-Core kernel names are NVIDIA's
+            findings = [f for f in findings if f.kind != "low_tensor_core"]
+    for f in findings:
+        f.rank = rank
+    return RankAnalysis(
+        rank=rank,
+        steps=sb.steps,
+        step_source=steps.source,
+        mean_step_us=sb.mean_step_us,
+        warmup_us=steps.warmup_us,
+        breakdown_pct=sb.pct,
+        gpu_pct=gb.pct() if gb else None,
+        idle_split_pct=gb.idle_split_pct if gb else None,
+        kernels=int((ev["kind"] == "kernel").sum()),
+        has_gpu=has_gpu,
+        has_stacks=finder.has_any,
+        findings=findings,
+        notes=notes,
+    )
+
+
+def _rank_findings(
+    ev: pd.DataFrame,
+    steps: list[tuple[float, float]],
+    pct: dict[str, float],
+    step_total: float,
+    gb: Any,
+    finder: FrameFinder,
+    s: BottleneckSettings,
+    compute_major: int | None,
+) -> list[Finding]:
+    out: list[Finding] = []
+    kernels = _in_steps(ev[ev["kind"] == "kernel"], steps)
+    # input_bound
+    if pct["dataloader"] >= s.input_bound_pct:
+        loader = _in_steps(ev[ev["is_dataloader"]], steps)
+        frame = finder.top(loader, gpu=False)
+        share = pct["dataloader"]
+        mean_wait_ms = float(loader["dur_us"].mean()) / 1000 if len(loader) else 0.0
+        out.append(
+            Finding(
+                "input_bound",
+                None,
+                share,
+                f"DataLoader __next__ took {share:.1f} % of step time ({len(loader)} calls, "
+                f"mean {mean_wait_ms:.1f} ms) over {len(steps)} step(s)",
+                RULES["input_bound"].fix.format(workers=4, where=_where(frame), share=share),
+                frame,
+                {"dataloader_pct": share},
+            )
+        )
+    # launch_bound
+    if len(kernels):
+        short = kernels["dur_us"] < s.launch_short_kernel_us
+        short_pct = 100.0 * float(short.mean())
+        if pct["runtime"] >= s.launch_runtime_pct and short_pct >= s.launch_short_kernel_pct:
+            launches = _in_steps(ev[ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains("Launch")], steps)
+            frame = finder.top(launches.assign(n=1.0), gpu=False, weight="n")
+            out.append(
+                Finding(
+                    "launch_bound",
+                    None,
+                    pct["runtime"],
+                    f"CUDA runtime {pct['runtime']:.1f} % of step time; {short_pct:.0f} % of {len(kernels)} "
+                    f"kernels under {s.launch_short_kernel_us:.0f} µs "
+                    f"(median {kernels['dur_us'].median():.1f} µs)",
+                    RULES["launch_bound"].fix.format(
+                        short_pct=short_pct, short_us=s.launch_short_kernel_us, where=_where(frame)
+                    ),
+                    frame,
+                    {"runtime_pct": pct["runtime"], "short_kernel_pct": short_pct},
+                )
+            )
+    # sync_bound
+    sync = ev[
+        (ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.match(SYNC_RUNTIME_RE.pattern))
+        | (ev["kind"].isin(("cpu_op",)) & ev["name"].isin(SYNC_OP_NAMES))
+    ]
+    sync = _in_steps(sync, steps)
+    if len(sync) and step_total > 0:
+        sync_pct = 100.0 * _window_time(sync, steps) / step_total
+        if sync_pct >= s.sync_pct:
+            frame = finder.top(sync, gpu=False)
+            top_op = sync.groupby("name")["dur_us"].sum().idxmax()
+            out.append(
+                Finding(
+                    "sync_bound",
+                    None,
+                    sync_pct,
+                    f"host blocked {sync_pct:.1f} % of step time in {len(sync)} synchronising call(s), "
+                    f"mostly {top_op}",
+                    RULES["sync_bound"].fix.format(where=_where(frame), op=top_op),
+                    frame,
+                    {"sync_pct": sync_pct},
+                )
+            )
+    # memcpy_bound
+    if pct["memcpy"] >= s.memcpy_pct:
+        copies = _in_steps(ev[ev["kind"] == "memcpy"], steps)
+        nbytes = copies["bytes"].fillna(0)
+        pageable = (
+            100.0
+            * float(nbytes[copies["name"].str.contains("Pageable")].sum())
+            / max(float(nbytes.sum()), 1.0)
+        )
+        h2d = float(nbytes[copies["name"].str.contains("HtoD")].sum())
+        d2h = float(nbytes[copies["name"].str.contains("DtoH")].sum())
+        frame = finder.top(copies, gpu=True)
+        out.append(
+            Finding(
+                "memcpy_bound",
+                None,
+                pct["memcpy"],
+                f"memcpy {pct['memcpy']:.1f} % of step time: {h2d / 2**20:.1f} MiB host-to-device, "
+                f"{d2h / 2**20:.1f} MiB device-to-host, {pageable:.0f} % from pageable memory",
+                RULES["memcpy_bound"].fix.format(where=_where(frame), pageable_pct=pageable),
+                frame,
+                {"memcpy_pct": pct["memcpy"], "pageable_pct": pageable},
+            )
+        )
+    # communication_bound: NCCL kernel time not overlapped with compute kernels
+    if len(kernels) and step_total > 0:
+        comm_mask = kernels["name"].str.contains(COMM_KERNEL_RE.pattern, case=False, regex=True)
+        comm, comp = kernels[comm_mask], kernels[~comm_mask]
+        if len(comm):
+            comm_r = intersect(
+                merge(comm["ts_us"].to_numpy(), comm["end_us"].to_numpy()), merge(*zip(*steps, strict=True))
+            )
+            comp_r = merge(comp["ts_us"].to_numpy(), comp["end_us"].to_numpy())
+            exposed = total(comm_r) - total(intersect(comm_r, comp_r))
+            exposed_pct = 100.0 * exposed / step_total
+            if exposed_pct >= s.communication_pct:
+                frame = finder.top(comm, gpu=True)
+                overlap = 100.0 * (1 - exposed / total(comm_r)) if total(comm_r) else 0.0
+                out.append(
+                    Finding(
+                        "communication_bound",
+                        None,
+                        exposed_pct,
+                        f"NCCL kernels {100 * total(comm_r) / step_total:.1f} % of step time, "
+                        f"{overlap:.0f} % of it overlapped with compute; {exposed_pct:.1f} % exposed",
+                        RULES["communication_bound"].fix.format(exposed_pct=exposed_pct, where=_where(frame)),
+                        frame,
+                        {"exposed_pct": exposed_pct, "overlap_pct": overlap},
+                    )
+                )
+    # low_tensor_core: FP32 GEMM/conv on a GPU with Tensor Cores (compute capability >= 7)
+    if len(kernels) and (compute_major or 0) >= 7:
+        kt = float(kernels["dur_us"].sum())
+        gemm = kernels[kernels["name"].str.contains(GEMM_RE.pattern, case=False, regex=True)]
+        gemm_t = float(gemm["dur_us"].sum())
+        if kt > 0 and 100 * gemm_t / kt >= s.tensor_core_gemm_pct:
+            fp32 = gemm[~gemm["name"].str.contains(TENSOR_CORE_RE.pattern, regex=True)]
+            fp32_pct = 100.0 * float(fp32["dur_us"].sum()) / gemm_t
+            if fp32_pct >= s.tensor_core_fp32_pct:
+                frame = finder.top(fp32, gpu=True)
+                share = pct["kernel"] * float(fp32["dur_us"].sum()) / kt
+                out.append(
+                    Finding(
+                        "low_tensor_core",
+                        None,
+                        share,
+                        f"GEMM/conv kernels {100 * gemm_t / kt:.0f} % of kernel time; {fp32_pct:.0f} % of it "
+                        f"without Tensor Cores (compute capability {compute_major}.x)",
+                        RULES["low_tensor_core"].fix.format(where=_where(frame), fp32_pct=fp32_pct),
+                        frame,
+                        {"fp32_gemm_pct": fp32_pct},
+                    )
+                )
+    # low_occupancy
+    occ = kernels[kernels["occupancy_pct"].notna()] if len(kernels) else kernels
+    if len(occ) and pct["kernel"] >= s.occupancy_kernel_pct:
+        mean_occ = float(np.average(occ["occupancy_pct"], weights=occ["dur_us"].clip(lower=1e-3)))
+        if mean_occ < s.occupancy_pct:
+            low = occ[occ["occupancy_pct"] < s.occupancy_pct]
+            frame = finder.top(low, gpu=True)
+            share = pct["kernel"] * float(low["dur_us"].sum()) / max(float(kernels["dur_us"].sum()), 1e-9)
+            out.append(
+                Finding(
+                    "low_occupancy",
+                    None,
+                    share,
+                    f"time-weighted achieved occupancy {mean_occ:.0f} % over {len(occ)} kernels "
+                    f"(kernels {pct['kernel']:.0f} % of step time)",
+                    RULES["low_occupancy"].fix.format(where=_where(frame), occupancy=mean_occ),
+                    frame,
+                    {"occupancy_pct": mean_occ},
+                )
+            )
+    # idle_gpu: idle within the steps (no kernel, copy or memset) and nothing above explains it
+    idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
+    if not out and idle >= s.idle_pct:
+        out.append(
+            Finding(
+                "idle_gpu",
+                None,
+                idle,
+                f"GPU idle {idle:.1f} % of step time; HTA idle split over the {gb.span_us / 1000:.1f} ms "
+                f"GPU span: host wait "
+                f"{gb.idle_split_pct['host_wait']:.0f} %, "
+                f"kernel wait {gb.idle_split_pct['kernel_wait']:.0f} %, "
+                f"other {gb.idle_split_pct['other']:.0f} % of idle)",
+                RULES["idle_gpu"].fix.format(idle_pct=idle),
+                None,
+                {"idle_pct": idle},
+            )
+        )
+    return out
+
+
+def straggler(
+    ranks: list[RankAnalysis], hosts: dict[int | None, str | None], s: BottleneckSettings
+) -> Finding | None:
+    """The slowest rank when its mean step is at least `straggler_ratio` × the median rank's."""
+    timed = [r for r in ranks if r.steps and r.mean_step_us > 0 and r.rank is not None]
+    if len(timed) < 2:
+        return None
+    median = statistics.median(r.mean_step_us for r in timed)
+    slow = max(timed, key=lambda r: r.mean_step_us)
+    ratio = slow.mean_step_us / median
+    if ratio < s.straggler_ratio:
+        return None
+    share = 100.0 * (slow.mean_step_us - median) / slow.mean_step_us
+    return Finding(
+        "straggler",
+        slow.rank,
+        share,
+        f"rank {slow.rank} mean step {slow.mean_step_us / 1000:.1f} ms vs median {median / 1000:.1f} ms over "
+        f"{len(timed)} ranks",
+        RULES["straggler"].fix.format(rank=slow.rank, ratio=ratio, host=hosts.get(slow.rank) or "unknown"),
+        None,
+        {"ratio": ratio},
+    )
+
+
+def job_findings(
+    ranks: list[RankAnalysis], hosts: dict[int | None, str | None], s: BottleneckSettings
+) -> list[Finding]:
+    """A job's findings: one per kind (the rank where it is largest, its share the mean over the job's GPU
+    ranks, absent ones counting 0), plus `straggler` across ranks; `idle_gpu` only where nothing else
+    holds."""
+    gpu_ranks = [r for r in ranks if r.has_gpu and r.steps]
+    by_kind: dict[str, list[Finding]] = {}
+    for r in gpu_ranks:
+        for f in r.findings:
+            by_kind.setdefault(f.kind, []).append(f)
+    out = []
+    for kind, found in by_kind.items():
+        worst = max(found, key=lambda f: f.share_pct)
+        mean_share = sum(f.share_pct for f in found) / len(gpu_ranks)
+        out.append(
+            Finding(
+                kind,
+                worst.rank,
+                mean_share,
+                worst.evidence
+                + (f"; on {len(found)} of {len(gpu_ranks)} ranks" if len(gpu_ranks) > 1 else ""),
+                worst.fix,
+                worst.frame,
+                worst.figures,
+            )
+        )
+    lag = straggler(gpu_ranks, hosts, s)
+    if lag is not None:
+        out.append(lag)
+    if any(f.kind != "idle_gpu" for f in out):
+        out = [f for f in out if f.kind != "idle_gpu"]
+    return sorted(out, key=lambda f: -f.share_pct)

@@ -1,0 +1,211 @@
+"""Profiler traces without Spark: streaming parse of the real traces (both category generations, gzip, AMD,
+CPU-only, distributed), the anchors of ../shared/notes/profiler-anchors.md, quarantine reasons, the user's
+line, and agreement with HTA when it is installed."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conf import load_settings
+from jobs.stages.ingest.profiler import scan_trace
+from pipelines.gold.bottlenecks.analyze import analyze_rank, user_frame_of_stack
+from pipelines.gold.bottlenecks.breakdown import gpu_breakdown, prepare
+from pipelines.silver.profiler import (
+    EVENT_COLUMNS,
+    EventTally,
+    Reject,
+    job_id_in_path,
+    read_trace_events,
+    read_trace_meta,
+    worker_in_name,
+)
+from tests.profiler_traces import LOADER_LINE, USER_FILE, input_bound_trace, write_trace
+
+SETTINGS = load_settings({}).bottlenecks
+TRACES = sorted((Path(__file__).parent / "data" / "real" / "profiler").glob("*.gz"))
+
+
+def _load(path: Path) -> tuple[pd.DataFrame, EventTally, list[Reject]]:
+    tally, rejects, rows = EventTally(), [], []
+    with gzip.open(path) as f:
+        for r in read_trace_events(f, tally):
+            (rejects if isinstance(r, Reject) else rows).append(r)
+    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS)), tally, rejects
+
+
+def _analyse(name: str):
+    path = next(p for p in TRACES if p.name.startswith(name))
+    with gzip.open(path) as f:
+        meta = read_trace_meta(f)
+    events, _, _ = _load(path)
+    return analyze_rank(events, SETTINGS, meta.rank, meta.compute_major, meta.device_name)
+
+
+def test_every_real_trace_parses_with_no_reject() -> None:
+    assert len(TRACES) == 9
+    for path in TRACES:
+        with gzip.open(path) as f:
+            read_trace_meta(f)
+        events, tally, rejects = _load(path)
+        assert not rejects, path.name
+        assert tally.kept == len(events) > 0, path.name
+        assert events["kind"].ne("other").all(), (
+            path.name,
+            events.loc[events["kind"] == "other", "cat"].unique(),
+        )
+
+
+def test_both_category_generations_map_to_one_vocabulary() -> None:
+    old, _, _ = _load(next(p for p in TRACES if "num_workers_0" in p.name))
+    new, _, _ = _load(next(p for p in TRACES if "sampled_rank-0" in p.name))
+    assert set(old["cat"]) >= {"Operator", "Runtime", "Kernel", "Memcpy", "Memset"}
+    assert set(new["cat"]) >= {"cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset"}
+    for frame in (old, new):
+        assert {"cpu_op", "runtime", "kernel", "memcpy", "memset"} <= set(frame["kind"])
+
+
+def test_distributed_info_and_device_properties() -> None:
+    path = next(p for p in TRACES if "sampled_rank-1" in p.name)
+    with gzip.open(path) as f:
+        meta = read_trace_meta(f)
+    assert (meta.rank, meta.world_size, meta.backend) == (1, 128, "nccl")
+    path = next(p for p in TRACES if "alexnet" in p.name)
+    with gzip.open(path) as f:
+        meta = read_trace_meta(f)
+    assert meta.device_name == "NVIDIA A100-PG509-200" and meta.compute_major == 8
+
+
+def test_resnet_num_workers_0_is_input_bound_and_4_is_not() -> None:
+    slow = _analyse("kineto_resnet50_autograd_api_num_workers_0")
+    assert slow.step_source == "dataloader" and slow.warmup_us > 1_500_000  # the warm-up iteration left out
+    assert slow.breakdown_pct["dataloader"] >= 25.0
+    assert [f.kind for f in slow.findings] == ["input_bound"]
+    fast = _analyse("kineto_resnet50_autograd_api_num_workers_4")
+    assert fast.breakdown_pct["dataloader"] < 5.0
+    assert not fast.findings  # healthy: no finding
+
+
+def test_cpu_only_trace_gets_no_gpu_finding_and_says_why() -> None:
+    a = _analyse("hta_cpu_only")
+    assert not a.has_gpu and a.gpu_pct is None and not a.findings
+    assert any("CPU-only" in n for n in a.notes)
+
+
+def test_amd_trace_counts_its_kernels() -> None:
+    a = _analyse("hta_amd_trace")
+    assert a.kernels == 14 and a.has_gpu
+    assert all(f.kind != "low_tensor_core" for f in a.findings)
+
+
+def test_breakdown_sums_to_100_on_every_trace() -> None:
+    for path in TRACES:
+        a = _analyse(path.name[:30])
+        if a.steps:
+            assert sum(a.breakdown_pct.values()) == pytest.approx(100.0, abs=0.01), path.name
+        if a.gpu_pct:
+            assert sum(a.gpu_pct.values()) == pytest.approx(100.0, abs=0.01), path.name
+
+
+def test_malformed_events_are_rejected_with_a_reason_and_the_rest_lands() -> None:
+    trace = {
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": "soon", "dur": 5},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 12, "dur": -1},
+            [1, 2],
+            {"ph": "X", "name": "no category", "ts": 1, "dur": 1},
+            {"ph": "i", "name": "instant", "ts": 3},
+        ]
+    }
+    tally = EventTally()
+    out = list(read_trace_events(io.BytesIO(json.dumps(trace).encode()), tally))
+    rejects = [r for r in out if isinstance(r, Reject)]
+    assert [r.event_no for r in rejects] == [1, 2, 3, 4]
+    assert [r.reason for r in rejects] == [
+        "complete event without a numeric ts",
+        "negative dur -1.0",
+        "event is not a JSON object",
+        "event without a category",
+    ]
+    assert tally.kept == 1 and tally.skipped_phases == {"i": 1}
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op"', "not readable JSON"),
+        (b'[{"ph": "X"}]', "not a trace: the JSON document is not an object"),
+        (b'{"schemaVersion": 1}', "not a trace: no traceEvents array"),
+        (gzip.compress(b'{"traceEvents": []}' * 50)[:30], "not a readable gzip file"),
+    ],
+)
+def test_damaged_files_get_a_reason(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "bad.pt.trace.json"
+    path.write_bytes(content)
+    scanned = scan_trace(path, str(path))
+    assert scanned.error is not None and scanned.error.startswith(reason)
+    assert len(scanned.sha256) == 64
+
+
+def test_the_finding_names_the_users_line(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.pt.trace.json.gz", input_bound_trace())
+    events, _, _ = _load(path)
+    a = analyze_rank(events, SETTINGS, 0, 8, "NVIDIA A100-SXM4-80GB")
+    found = {f.kind: f for f in a.findings}
+    assert set(found) == {"input_bound"}
+    assert found["input_bound"].frame is not None
+    assert (found["input_bound"].frame.file, found["input_bound"].frame.line) == (USER_FILE, LOADER_LINE)
+    assert f"{USER_FILE}:{LOADER_LINE}" in found["input_bound"].fix
+    assert found["input_bound"].share_pct == pytest.approx(100 * 60_000 / 85_000, abs=0.5)
+
+
+def test_user_frame_skips_libraries_and_the_standard_library() -> None:
+    stack = (
+        "/usr/lib/python3.11/threading.py(320): wait;"
+        "/venv/lib/python3.11/site-packages/torch/cuda/__init__.py(800): synchronize;"
+        "/home/bob/exp/loop.py(17): step;/home/bob/exp/main.py(5): <module>"
+    )
+    frame = user_frame_of_stack(stack)
+    assert frame is not None and (frame.file, frame.line, frame.function) == (
+        "/home/bob/exp/loop.py",
+        17,
+        "step",
+    )
+    assert user_frame_of_stack("<built-in method item>") is None
+
+
+def test_job_and_worker_from_paths() -> None:
+    assert job_id_in_path("/scratch/alice/job_123/rank0.pt.trace.json.gz") == "123"
+    assert job_id_in_path("/scratch/alice/slurm-4567_3/trace.json") == "4567_3"
+    assert job_id_in_path("/runs/98765/trace.json") == "98765"
+    assert job_id_in_path("/home/alice/traces/hta_trace_filter_sampled_rank-0.json.gz") is None
+    assert worker_in_name("/t/gpu-a01_31337.1712000000000.pt.trace.json.gz") == ("gpu-a01", 31337)
+
+
+HTA_TEMPORAL = {  # HTA 0.5.0 get_temporal_breakdown on these traces (idle, compute, non-compute %)
+    "hta_amd_trace": (98.53, 1.08, 0.39),
+    "hta_critical_path": (99.49, 0.08, 0.43),
+    "hta_trace_filter_sampled_rank-0": (53.56, 17.71, 28.74),
+    "hta_trace_filter_sampled_rank-1": (54.72, 22.57, 22.72),
+    "kineto_resnet50_autograd_api_num_workers_0": (81.32, 18.40, 0.28),
+    "kineto_resnet50_autograd_api_num_workers_4": (82.66, 16.96, 0.37),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HTA_TEMPORAL))
+def test_gpu_breakdown_agrees_with_hta_within_one_point(name: str) -> None:
+    """The figures HTA printed for these files (bench/profiler.py recomputes them with HTA installed)."""
+    events, _, _ = _load(next(p for p in TRACES if p.name.startswith(name)))
+    gb = gpu_breakdown(prepare(events))
+    assert gb is not None
+    pct = gb.pct()
+    for ours, theirs in zip(
+        (pct["idle"], pct["compute"], pct["non_compute"]), HTA_TEMPORAL[name], strict=True
+    ):
+        assert abs(ours - theirs) <= 1.0
