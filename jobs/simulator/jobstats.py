@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from jobs.simulator.model import Job
 from pipelines.silver.jobstats import encode_summary
-
-MIB = 1024**2
+from pipelines.units import MIB
 
 
 def is_chosen(job: Job, share: float) -> bool:
