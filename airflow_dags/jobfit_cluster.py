@@ -1,10 +1,12 @@
-"""jobfit's schedule: each day ingest that day's drop folder and rebuild its month; each month retrain,
+"""jobfit's schedule: each day ingest that day's drop folder, rebuild its month and analyse its profiler
+traces for bottlenecks; each month retrain,
 render the month's PDF reports and send the users' digests.
 
 DAG files only wire: every task runs one `jobfit` command for `{{ ds }}`; nothing of jobfit is imported
 at parse time. Per deployment, set the Airflow Variables `jobfit_bin` (default `jobfit`),
 `jobfit_cluster` (default `demo`) and `jobfit_drop` (default `/var/lib/jobfit/drop`), where each day's
-files land as `<drop>/<cluster>/<YYYY-MM-DD>/{sacct,dcgm,scripts,k8s,k8s_metrics,logs}/`; `jobfit_reports`
+files land as `<drop>/<cluster>/<YYYY-MM-DD>/{sacct,dcgm,scripts,k8s,k8s_metrics,logs,profiler}/`;
+`jobfit_reports`
 (default `/var/lib/jobfit/reports`), where the monthly PDFs go; `jobfit_emails` (default `--outbox
 /var/lib/jobfit/outbox`; `--send` to use the SMTP relay in conf), how the digests leave.
 """
@@ -33,6 +35,7 @@ SOURCES = (
     ("ingest_k8s", "k8s", "k8s"),
     ("ingest_k8s_metrics", "k8s_metrics", "k8s-metrics"),
     ("ingest_logs", "logs", "logs"),
+    ("ingest_profiler", "profiler", "profiler"),
 )
 
 
@@ -43,7 +46,8 @@ def _ingest_command(folder: str, source: str) -> str:
 
 with DAG(
     dag_id="jobfit_daily",
-    description="Ingest a day's accounting, scripts, telemetry and logs; rebuild that month's gold tables",
+    description="Ingest a day's accounting, scripts, telemetry, logs and traces; rebuild that month's gold "
+    "tables and its bottleneck findings",
     schedule="@daily",
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -55,11 +59,17 @@ with DAG(
         task_id="build",
         bash_command=f"{JOBFIT} build --cluster {CLUSTER} --month {MONTH} --json",
     )
+    # After the build (every source of the day is in): the month's traces, analysed and priced.
+    bottlenecks = BashOperator(
+        task_id="bottlenecks",
+        bash_command=f"{JOBFIT} bottlenecks --cluster {CLUSTER} --month {MONTH} --json",
+    )
     for task_id, folder, source in SOURCES:
         ingest = BashOperator(
             task_id=task_id, bash_command=_ingest_command(folder, source), skip_on_exit_code=99
         )
         ingest >> build
+    build >> bottlenecks
 
 with DAG(
     dag_id="jobfit_monthly",

@@ -41,9 +41,13 @@ def test_every_task_runs_a_real_jobfit_command(dagbag) -> None:
             if command == "ingest":
                 assert source in SOURCES, f"{task.task_id}: jobfit ingest {source} does not exist"
             seen.add(command)
-    assert {"ingest", "build", "train", "evaluate", "report", "emails"} <= seen
+    assert {"ingest", "build", "bottlenecks", "train", "evaluate", "report", "emails"} <= seen
 
 
 def test_daily_ingests_feed_the_build(dagbag) -> None:
     daily = dagbag.dags["jobfit_daily"]
-    assert daily.get_task("build").upstream_task_ids == {t.task_id for t in daily.tasks} - {"build"}
+    assert daily.get_task("build").upstream_task_ids == {t.task_id for t in daily.tasks} - {
+        "build",
+        "bottlenecks",
+    }
+    assert daily.get_task("bottlenecks").upstream_task_ids == {"build"}
