@@ -452,6 +452,17 @@ def test_simulated_month_jobstats_coverage_and_truth(jobfit, make_ctx, tmp_path:
         chosen["wasted_mem_gib_h"].to_numpy(), abs=1e-6
     )
     assert (chosen["usage_source"] == "jobstats").all()
+    # The models see jobstats' GPU memory peaks as they see DCGM's: with sacct's gres/gpumem gone (a site
+    # whose Slurm records none), the training read still has each summarised job's peak, from gold.
+    from jobs.io.prediction import read_jobs
+    from jobs.io.tables import table_path
+
+    jobs_path = table_path(ctx.settings, SILVER_JOBS.name)
+    ctx.spark.sql(f"UPDATE delta.`{jobs_path}` SET gpu_mem_peak_bytes = NULL")
+    seen = read_jobs(ctx, "demo").set_index("job_id")["gpu_mem_peak_bytes"]
+    peaks = chosen.set_index("job_id")["vram_peak_bytes"]
+    assert peaks.notna().all() and (seen.reindex(peaks.index) == peaks).all()
+    assert seen.drop(peaks.index).isna().all()  # nothing invented for jobs without telemetry
 
 
 # ---- Partition_Limit -----------------------------------------------------------------------------------

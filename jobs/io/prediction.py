@@ -44,8 +44,8 @@ JOB_COLUMNS = (
 
 
 def read_jobs(ctx: Context, cluster: str, user: str | None = None) -> pd.DataFrame:
-    """silver.jobs of a cluster (optionally one user) with `script_hash` filled from silver.job_scripts and
-    pods' usage from silver.pod_usage."""
+    """silver.jobs of a cluster (optionally one user) with `script_hash` filled from silver.job_scripts,
+    pods' usage from silver.pod_usage and GPU memory peaks from telemetry (gold.job_usage)."""
     spark, settings = ctx.spark, ctx.settings
     jobs = read_table(spark, settings, "silver.jobs").filter(F.col("cluster") == cluster)
     if user is not None:
@@ -58,6 +58,20 @@ def read_jobs(ctx: Context, cluster: str, user: str | None = None) -> pd.DataFra
     # Kubernetes pods' measured CPU seconds and peak memory (silver.pod_usage) stand in their job rows.
     usage = read_table(spark, settings, "silver.pod_usage").filter(F.col("cluster") == cluster)
     jobs = with_pod_usage(jobs, usage)
+    # GPU memory peaks measured by telemetry (DCGM samples, else jobstats summaries, as gold.job_usage
+    # attributes them at build) count beside sacct's gres/gpumem: the larger is the job's peak, so a
+    # cluster whose sacct records no GPU memory still trains the VRAM target.
+    telemetry = (
+        read_table(spark, settings, "gold.job_usage")
+        .filter((F.col("cluster") == cluster) & F.col("vram_peak_bytes").isNotNull())
+        .groupBy("job_id")
+        .agg(F.max("vram_peak_bytes").alias("_tel_vram_peak_bytes"))
+    )
+    jobs = (
+        jobs.join(telemetry, on="job_id", how="left")
+        .withColumn("gpu_mem_peak_bytes", F.greatest("gpu_mem_peak_bytes", "_tel_vram_peak_bytes"))
+        .drop("_tel_vram_peak_bytes")
+    )
     joined = jobs.join(links, on="job_id", how="left").select(
         *JOB_COLUMNS, F.coalesce("script_hash", "_linked_hash").alias("script_hash")
     )
