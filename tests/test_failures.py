@@ -17,7 +17,8 @@ from pipelines.gold.failures.diagnose import diagnose_failures, gpu_signals, wit
 from pipelines.gold.failures.explain import explain_log
 from pipelines.gold.failures.fix_table import MISSING
 from pipelines.gold.failures.patterns import classify_text
-from pipelines.gold.failures.scoring import CATEGORY_TO_CAUSE, confusion_table, error_log_body
+from pipelines.gold.failures.scoring import confusion_table, error_log_body, expected_cause
+from pipelines.gold.failures.tracebacks import read_tracebacks
 from pipelines.schemas import SILVER_GPU_SAMPLES, SILVER_JOB_STEPS, SILVER_JOBS
 from tests.failures_helpers import real_error_logs, real_traceback_logs
 
@@ -81,6 +82,11 @@ JOBS = [
     _job("10", "PREEMPTED", elapsed_s=5400),
     _job("11", "FAILED", exit_code=1, alloc_gpus=1, gpu_model="A100-SXM4-80GB", node_list="g014"),
     _job("12", "FAILED", exit_code=2, node_list="g015,g016"),
+    # issue 15's misreadings, with accounting beside the log
+    _job("13", "FAILED", exit_code=1, alloc_gpus=8, gpu_model="A100-SXM4-80GB", node_list="g017,g018"),
+    _job("14", "FAILED", exit_code=0, exit_signal=9, max_rss_bytes=int(31.9 * GIB), req_mem_bytes=32 * GIB),
+    _job("15", "FAILED", exit_code=1),
+    _job("16", "FAILED", exit_code=1, alloc_gpus=1, gpu_model="A100-SXM4-80GB", node_list="g019"),
     # Kubernetes pods as pipelines/silver/k8s.py writes them: state_raw is phase[:reason[:exit]]
     _job("ml/evicted", "PREEMPTED", source="k8s", state_raw="Failed:Evicted"),
     _job("ml/pull", "PENDING", source="k8s", state_raw="Pending:ImagePullBackOff", end_ts=None),
@@ -101,6 +107,27 @@ LOGS = {
     "WorkNCCL(SeqNum=4, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before "
     "timing out.",
     "5": "slurmstepd: error: *** JOB 5 ON c1 CANCELLED AT 2026-11-03T02:14:00 ***",
+    # torchrun's summary alone: the launcher's traceback, no worker's error
+    "13": "Traceback (most recent call last):\n"
+    '  File "/opt/conda/bin/torchrun", line 8, in <module>\n'
+    "    sys.exit(main())\n"
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    "train.py FAILED\n"
+    "Root Cause (first observed failure):\n"
+    "[0]:\n"
+    "  rank      : 0 (local_rank: 0)\n"
+    "  exitcode  : 1 (pid: 88)\n",
+    "14": "/var/spool/slurmd/job14/slurm_script: line 20: 777 Killed                  python t.py",
+    "15": "mkdir: cannot create directory '/shared/x': Permission denied\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/ada/train.py", line 9, in <module>\n'
+    "    lr = cfg['lr']\n"
+    "KeyError: 'lr'",
+    "16": "GPU health check: 0 uncorrectable ECC errors\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/ada/train.py", line 9, in <module>\n'
+    "    lr = cfg['lr']\n"
+    "KeyError: 'lr'",
 }
 
 
@@ -168,12 +195,12 @@ def test_spark_pattern_chain_agrees_with_classify_text_on_real_logs(
     logs = real_error_logs(real_data)
     df = spark.createDataFrame([(n, t) for n, _, t in logs], "name string, text string")
     got = {r["name"]: r for r in with_text_diagnosis(df).collect()}
-    pairs = [(CATEGORY_TO_CAUSE[c], got[n]["log_cause"] or "none") for n, c, _ in logs]
+    pairs = [(expected_cause(n), got[n]["log_cause"] or "none") for n, _, _ in logs]
     table = confusion_table(pairs)
     print("\nreal error logs on Spark: expected (rows) vs classified (columns)\n" + table)
     assert all(e == p for e, p in pairs), table
     for name, _, text in logs:
-        py = classify_text(text)
+        py = classify_text(text, read_tracebacks(text).exc_type)  # as explain_log calls it
         assert py is not None
         assert (got[name]["log_pattern"], got[name]["log_evidence"]) == (py.pattern_id, py.evidence), name
     assert got["cuda_oom__murong-xu_CADS_4.txt"]["log_gpu_total_gib"] == 31.47
@@ -274,6 +301,30 @@ def test_nccl_timeout_quotes_the_wait(diagnosed: dict) -> None:
     d = diagnosed["12"]
     assert d["cause"] == "nccl_timeout"
     assert d["suggested_fix"].startswith("a ALLREDUCE collective waited 1802 s past its 1800 s NCCL timeout")
+
+
+def test_a_worker_failed_summary_is_unknown_not_the_network(diagnosed: dict) -> None:
+    d = diagnosed["13"]
+    assert (d["cause"], d["detail"], d["user_fixable"]) == ("unknown", "distributed_worker_failed", False)
+    assert d["suggested_fix"].startswith("the launcher (torchrun) reported a failed worker without its error")
+    assert d["lost_gpu_hours"] == pytest.approx(8 * 8040 / 3600)
+
+
+def test_a_killed_line_leaves_the_peak_at_the_limit_to_decide(diagnosed: dict) -> None:
+    # the log's "Killed" names no cause; the peak at the request does (as for job 9 without a log)
+    d = diagnosed["14"]
+    assert (d["cause"], d["detail"], d["confidence"]) == ("host_oom", "rss_at_limit", 0.6)
+
+
+def test_the_tracebacks_exception_outranks_stray_lines(diagnosed: dict) -> None:
+    for job in ("15", "16"):  # a stray "Permission denied"; a health check's "0 uncorrectable ECC errors"
+        d = diagnosed[job]
+        assert (d["cause"], d["detail"], d["user_fixable"]) == ("software_error", "python_exception", True), (
+            job
+        )
+        assert d["suggested_fix"].startswith("train.py:9 `lr = cfg['lr']`: KeyError: 'lr': fix the error"), (
+            job
+        )
 
 
 @pytest.mark.slow

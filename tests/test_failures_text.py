@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.gold.failures.logs import parse_log_file_name
 from pipelines.gold.failures.patterns import LOG_PATTERNS, classify_text, log_facts
-from pipelines.gold.failures.scoring import CATEGORY_TO_CAUSE, confusion_table
+from pipelines.gold.failures.scoring import confusion_table, expected_cause
 from pipelines.gold.failures.taxonomy import CAUSES
 from pipelines.gold.failures.xid import APPLICATION, HARDWARE, INFORMATIONAL, XID_CATALOGUE, describe
 from tests.failures_helpers import real_error_logs
@@ -18,9 +18,9 @@ def test_every_real_error_log_gets_the_cause_a_person_assigned(real_data: Path) 
     logs = real_error_logs(real_data)
     assert len(logs) >= 31, "the real errorlogs folder shrank"
     pairs = []
-    for _, category, text in logs:
+    for name, _, text in logs:
         diagnosis = classify_text(text)
-        pairs.append((CATEGORY_TO_CAUSE[category], diagnosis.cause if diagnosis else "none"))
+        pairs.append((expected_cause(name), diagnosis.cause if diagnosis else "none"))
     table = confusion_table(pairs)
     print("\nreal error logs: expected (rows) vs classified (columns)\n" + table)
     wrong = [(name, e, p) for (name, _, _), (e, p) in zip(logs, pairs, strict=True) if e != p]

@@ -286,7 +286,8 @@ def test_pods_have_the_shape_of_real_pod_objects(sim: Path, truth: pd.DataFrame,
     assert 137 in reasons["Error"]  # killed without OOM
 
 
-# The failure's own words, as the real error logs in tests/data/real/errorlogs/ say them.
+# The failure's own words, as the real error logs in tests/data/real/errorlogs/ say them: one of the wordings
+# the simulator draws from (issue 15: not the only one, so that a diagnosis measured on its logs can miss).
 LOG_SIGNATURES = {
     "time_limit": ("slurm_timelimit", "DUE TO TIME LIMIT"),
     "host_oom": ("slurm_oom", "oom-kill event"),
@@ -302,10 +303,18 @@ def test_logs_use_the_real_wording(sim: Path, truth: pd.DataFrame, real_data: Pa
     for cause, (category, phrase) in LOG_SIGNATURES.items():
         real = [p.read_text() for p in (real_data / "errorlogs").glob(f"{category}__*.txt")]
         assert any(phrase in text for text in real), (category, phrase)
-        for job_id in logged[logged.failure_cause == cause].job_id:
-            assert phrase in (sim / "logs" / f"{job_id}.err").read_text(), (job_id, phrase)
-    for job_id in logged[logged.failure_detail == "import_error"].job_id:
-        assert "ModuleNotFoundError: No module named" in (sim / "logs" / f"{job_id}.err").read_text()
+        texts = [
+            (sim / "logs" / f"{j}.err").read_text() for j in logged[logged.failure_cause == cause].job_id
+        ]
+        carrying = sum(phrase in text for text in texts)
+        assert carrying >= 1, (cause, phrase)  # the real wording is among those drawn ...
+        if len(texts) >= 5:
+            assert carrying < len(texts), (cause, phrase)  # ... but not the only one
+    imports = [
+        (sim / "logs" / f"{j}.err").read_text()
+        for j in logged[logged.failure_detail == "import_error"].job_id
+    ]
+    assert any("ModuleNotFoundError: No module named" in text for text in imports)
     assert not (truth[~truth.has_log].job_id.map(lambda j: (sim / "logs" / f"{j}.err").exists())).any()
 
 

@@ -185,7 +185,10 @@ def render(
     if (
         failure == "import"
     ):  # at start-up: the script imports the project's module, which imports the missing one
-        module = exception[0].split("'")[1]
+        line = exception[0]  # "No module named 'x'", "... from 'x' ...", or "libx.so.1: cannot open ..."
+        module = (
+            line.split("'")[1] if "'" in line else line.split(": ")[1].split(".so")[0].removeprefix("lib")
+        )
         calls = [calls[0], Call(r.user_path("models/__init__.py"), "<module>", f"import {module}", True)]
     elif failure == "assertion":
         calls.append(

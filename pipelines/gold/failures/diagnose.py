@@ -12,9 +12,12 @@ from conf import ClusterConfig
 from pipelines.gold.failures.fix_table import knob_note, script_knobs
 from pipelines.gold.failures.fixes import fix_message, gib_text, note
 from pipelines.gold.failures.patterns import (
+    BARE_TRACEBACK,
     EVIDENCE_CHARS,
     IMAGE_PULL,
+    LAUNCHER_EXCEPTION,
     LOG_PATTERNS,
+    LogPattern,
     ci,
     fact_regex,
     moment_lines,
@@ -73,10 +76,17 @@ def with_text_diagnosis(df: DataFrame, text_col: str = "text") -> DataFrame:
     log_exception) from the text column, with the same table and order as `classify_text`; and the
     traceback's `exception` and `code` (`with_traceback`)."""
     text = F.col(text_col)
+    launcher = F.coalesce(F.col("exception.type").rlike(LAUNCHER_EXCEPTION), F.lit(False))
+
+    def matches(p: LogPattern) -> Column:
+        # the bare traceback is no evidence when the run-ending one is the launcher's (as classify_text)
+        hit = text.rlike(ci(p.regex))
+        return hit & ~launcher if p.pattern_id == BARE_TRACEBACK else hit
+
     # One flat CASE WHEN (first match wins) rather than nested ones: the optimiser handles it far faster.
-    pattern_id = F.when(text.rlike(ci(LOG_PATTERNS[0].regex)), F.lit(LOG_PATTERNS[0].pattern_id))
+    pattern_id = F.when(matches(LOG_PATTERNS[0]), F.lit(LOG_PATTERNS[0].pattern_id))
     for p in LOG_PATTERNS[1:]:
-        pattern_id = pattern_id.when(text.rlike(ci(p.regex)), F.lit(p.pattern_id))
+        pattern_id = pattern_id.when(matches(p), F.lit(p.pattern_id))
     evidence = F.when(F.lit(False), F.lit(None).cast("string"))
     for p in LOG_PATTERNS:
         line = F.regexp_extract(text, ci(r"[^\n]*(?:" + p.regex + r")[^\n]*"), 0)
@@ -95,7 +105,7 @@ def with_text_diagnosis(df: DataFrame, text_col: str = "text") -> DataFrame:
 
     return (
         with_traceback(df, text_col)
-        .withColumn("log_pattern", pattern_id)
+        .withColumn("log_pattern", pattern_id)  # after the reader: its exception decides BARE_TRACEBACK
         .withColumn("log_evidence", evidence)
         .withColumn("log_cause", lookup("cause"))
         .withColumn("log_detail", lookup("detail"))

@@ -15,7 +15,12 @@ from pipelines.gold.failures.fix_table import (
     render_fix,
     script_knobs,
 )
-from pipelines.gold.failures.patterns import classify_text, moment_lines
+from pipelines.gold.failures.patterns import (
+    BARE_TRACEBACK_DETAIL,
+    classify_text,
+    exception_line,
+    moment_lines,
+)
 from pipelines.gold.failures.taxonomy import CAUSES, UNKNOWN
 from pipelines.gold.failures.tracebacks import TracebackReading, read_tracebacks
 from pipelines.gold.failures.xid import XID_CATALOGUE
@@ -65,7 +70,11 @@ def _batch_size(knobs: list[tuple[int, str, str]]) -> str | None:
 
 
 def prompt_quotes(
-    facts: dict[str, str], evidence: str | None, reading: TracebackReading, batch_size: str | None
+    facts: dict[str, str],
+    evidence: str | None,
+    reading: TracebackReading,
+    batch_size: str | None,
+    detail: str | None = None,
 ) -> dict[str, str | None]:
     """The fix table's quotes that one log (and its script) can fill; accounting and telemetry ones stay None.
     Formats match fixes.quotes() so that both engines print the same text."""
@@ -90,7 +99,10 @@ def prompt_quotes(
         "nccl_op": facts.get("nccl_op", "NCCL"),
         "nccl_waited": f"{int(ran_ms) // 1000} s" if ran_ms else "",
         "nccl_timeout": f"{int(timeout_ms) // 1000} s" if timeout_ms else "configured",
-        "error_line": facts.get("exception") or evidence or "the error",
+        # a bare traceback decided: quote the exception that ended the run, not the first one printed
+        "error_line": reading_line
+        if detail == BARE_TRACEBACK_DETAIL and (reading_line := exception_line(reading.exception_json()))
+        else facts.get("exception") or evidence or "the error",
         "log_evidence": evidence,
         "exception_note": f" (the run ended with {reading.exc_type})" if reading.exc_type else "",
         "uid_note": "",
@@ -122,8 +134,8 @@ def _evidence(pattern: str | None, line: str | None, reading: TracebackReading, 
 
 def explain_log(text: str, script: str | None = None) -> Explanation:
     """Diagnose one log's text (and optionally the job script that ran it) with the shared tables."""
-    diagnosis = classify_text(text)
     reading = read_tracebacks(text)
+    diagnosis = classify_text(text, reading.exc_type)
     if diagnosis is not None:
         cause, detail, confidence = diagnosis.cause, diagnosis.detail, diagnosis.confidence
         facts, evidence = diagnosis.facts, diagnosis.evidence
@@ -138,7 +150,7 @@ def explain_log(text: str, script: str | None = None) -> Explanation:
     knobs = script_knobs(script, cause) if script else []
     conditions = {"has_log": True, "has_log_gpu_size": "gpu_total_gib" in facts, "has_xid": "xid" in facts}
     fix = choose_fix(cause, detail, lambda name: conditions.get(name, False))
-    text_fix = render_fix(fix, prompt_quotes(facts, evidence, reading, _batch_size(knobs)))
+    text_fix = render_fix(fix, prompt_quotes(facts, evidence, reading, _batch_size(knobs), detail))
     code = reading.code
     # the user's line leads the fix only when the user can fix the cause (not a hardware fault)
     prefix = code_note(code.file, code.line, code.text) if code and CAUSES[cause].user_fixable else ""

@@ -38,6 +38,12 @@ FIXES: tuple[Fix, ...] = (
     ),
     Fix(
         "host_oom",
+        "{error_line}: the process could not get more host memory — request more with --mem (check the "
+        "peak with seff, and any `ulimit -v` in the script) or load less data at once",
+        detail="memory_error",
+    ),
+    Fix(
+        "host_oom",
         "the job ran out of memory at its {req_gib} GiB limit{sampled_peak_note}: request "
         "--mem={mem_rec_gib}G{per_node} (limit + 25 %) and check the peak with seff",
         when="has_request",
@@ -91,9 +97,16 @@ FIXES: tuple[Fix, ...] = (
     ),
     Fix(
         "nccl_error",
-        "the launcher (torchrun) reported a failed worker without its error: read the failed rank's "
-        "own log for the first error (NCCL / network or code) before resubmitting",
-        detail="distributed_worker_failed",
+        "the NCCL communicator was aborted after an earlier failure (a collective that timed out or an "
+        "NCCL error; the log does not keep which): look for the first error on any rank; resubmit, "
+        "excluding the nodes if it recurs on {node_list_or_same_nodes}",
+        detail="communicator_aborted",
+    ),
+    Fix(
+        "nccl_error",
+        "{error_line}: a worker could not reach torchrun's rendezvous store (MASTER_ADDR:MASTER_PORT) — "
+        "the node holding it went down first or the network failed; check that node's log, resubmit",
+        detail="dist_network",
     ),
     Fix(
         "nccl_error",
@@ -168,6 +181,19 @@ FIXES: tuple[Fix, ...] = (
     ),
     Fix(
         "software_error",
+        "bus error (SIGBUS): most often shared memory (/dev/shm) too small for DataLoader workers, or a "
+        "memory-mapped file changed or truncated while read — lower num_workers or raise the container's "
+        "shm size, and keep mapped files unchanged while the job runs",
+        detail="bus_error",
+    ),
+    Fix(
+        "software_error",
+        "{error_line}: the port torchrun's rendezvous binds is taken (another job on the node) — set "
+        "MASTER_PORT (or --master_port / --rdzv-endpoint) to a free port, e.g. derived from the job id",
+        detail="port_in_use",
+    ),
+    Fix(
+        "software_error",
         "{error_line}: an assertion in the code failed — check the inputs or configuration it asserts on",
         detail="assertion",
     ),
@@ -230,6 +256,20 @@ FIXES: tuple[Fix, ...] = (
     ),
     Fix(
         "unknown",
+        "the launcher (torchrun) reported a failed worker without its error: read the failed rank's "
+        "own log for the first error (code, memory or NCCL) before resubmitting",
+        detail="distributed_worker_failed",
+    ),
+    Fix(
+        "unknown",
+        "{log_evidence}: a process was killed by SIGKILL from outside — most often the kernel's OOM killer "
+        "(compare the peak with the request in seff, look for oom-kill in the node's log), else the time "
+        "limit or a manual kill",
+        detail="sigkill",
+        when="has_log",
+    ),
+    Fix(
+        "unknown",
         "nothing in the log matches a known failure signature{exception_note}: read the end of the log "
         "and the job's accounting (sacct state and exit code) for the cause",
         when="has_log",
@@ -275,14 +315,18 @@ def fixed(value: float, places: int) -> str:
     return str(Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
 
 
-# The code location a fix starts with when a traceback names the user's frame: `train.py:118 `text``.
+# The code location a fix starts with when a traceback names the user's frame: `train.py:118 `text``, or
+# `train.py:118: ` when the traceback prints no source line (a frame in a file not on the node, a .pyc).
 CODE_NOTE = "{code_name}:{code_line} `{code_text}`: "
+CODE_NOTE_NO_TEXT = "{code_name}:{code_line}: "
 CODE_TEXT_CHARS = 120  # longest source line quoted in a fix, in characters
 
 
 def code_note(file: str, line: int, text: str) -> str:
     """The CODE_NOTE for a frame: the file's base name, its line and the source text (shortened)."""
     name = re.split(r"[\\/]", file)[-1]
+    if not text.strip():
+        return CODE_NOTE_NO_TEXT.format(code_name=name, code_line=line)
     text = text if len(text) <= CODE_TEXT_CHARS else text[: CODE_TEXT_CHARS - 1] + "…"
     return CODE_NOTE.format(code_name=name, code_line=line, code_text=text)
 

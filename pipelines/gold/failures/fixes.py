@@ -7,7 +7,15 @@ import re
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from pipelines.gold.failures.fix_table import CODE_NOTE, CODE_TEXT_CHARS, FIXES, HEADROOM, Fix
+from pipelines.gold.failures.fix_table import (
+    CODE_NOTE,
+    CODE_NOTE_NO_TEXT,
+    CODE_TEXT_CHARS,
+    FIXES,
+    HEADROOM,
+    Fix,
+)
+from pipelines.gold.failures.patterns import BARE_TRACEBACK_DETAIL, EVIDENCE_CHARS
 from pipelines.gold.failures.taxonomy import AT_LIMIT_FRAC
 from pipelines.gold.failures.xid import XID_CATALOGUE
 from pipelines.units import GIB
@@ -112,10 +120,27 @@ def _job_quotes() -> dict[str, Column]:
         "nccl_op": F.coalesce(F.col("log_nccl_op"), F.lit("NCCL")),
         "nccl_waited": note("%d s", ran_s),
         "nccl_timeout": note("%d s", timeout_s, default="configured"),
-        "error_line": F.coalesce(F.col("log_exception"), F.col("log_evidence"), F.lit("the error")),
+        "error_line": F.coalesce(
+            F.when(F.col("detail") == BARE_TRACEBACK_DETAIL, _exception_line()),
+            F.col("log_exception"),
+            F.col("log_evidence"),
+            F.lit("the error"),
+        ),
         "log_evidence": F.col("log_evidence"),
         "exception_note": note(" (the run ended with %s)", F.col("exception.type")),
     }
+
+
+def _exception_line() -> Column:
+    """`type: message` of the reader's run-ending exception, as patterns.exception_line writes it."""
+    exc = F.col("exception")
+    line = F.concat(
+        exc["type"],
+        F.when(F.coalesce(exc["message"], F.lit("")) != "", F.concat(F.lit(": "), exc["message"])).otherwise(
+            F.lit("")
+        ),
+    )
+    return F.substring(line, 1, EVIDENCE_CHARS)
 
 
 def quotes() -> dict[str, Column]:
@@ -163,4 +188,7 @@ def code_prefix() -> Column:
         F.concat(F.substring(code["text"], 1, CODE_TEXT_CHARS - 1), F.lit("…")),
     ).otherwise(code["text"])
     fmt = CODE_NOTE.replace("{code_name}", "%s").replace("{code_line}", "%d").replace("{code_text}", "%s")
-    return note(fmt, name, code["line"], text)
+    bare = CODE_NOTE_NO_TEXT.replace("{code_name}", "%s").replace("{code_line}", "%d")
+    return F.when(
+        F.length(F.trim(F.coalesce(code["text"], F.lit("")))) == 0, note(bare, name, code["line"])
+    ).otherwise(note(fmt, name, code["line"], text))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipelines.gold.failures.taxonomy import UNKNOWN
 from pipelines.gold.failures.xid import APPLICATION_XIDS, SYSTEM_FAULT_XIDS, codes_regex
 
 EVIDENCE_CHARS = 300  # longest evidence line or quoted exception kept, in characters
@@ -24,20 +25,26 @@ class LogPattern:
 XID_LINE = r"NVRM: Xid \([^)]*\): "
 # A Kubernetes pod that cannot pull its image, in its termination reason or its log.
 IMAGE_PULL = r"ErrImagePull|ImagePullBackOff|InvalidImageName"
+# An uncorrectable ECC error, but not a health check's count of none: "0 uncorrectable ECC errors",
+# "no uncorrectable ECC errors", "Uncorrectable ECC errors: 0" (lookarounds both regex engines accept).
+ECC_FAULT = (
+    r"(?<!\b0 )(?<!\bno )(?<!\bzero )uncorrectable ECC errors?(?!\s*(?:\([^)\n]*\))?\s*[:=]\s*0\b)"
+    r"|cudaErrorECCUncorrectable|(?<!\b0 )(?<!\bno )double[- ]bit ECC(?! errors?\s*[:=]\s*0\b)"
+)
+# A process killed by SIGKILL from outside, as shells, srun, mpirun and torchrun report it: the kernel's OOM
+# killer, the scheduler or a person sent it; the line alone does not say which.
+SIGKILL_LINE = (
+    r"(?<![^\n])[ \t]*Killed[ \t]*(?![^\n])|: \d+ Killed\b|task \d+: Killed\b|exited on signal 9\b"
+    r"|Signal 9 \(SIGKILL\) received|exitcode\s*:\s*-9\b"
+)
 
 # Ordered by priority. A hardware fault or an OOM kill explains the tracebacks and NCCL errors that follow
-# it; a specific Python error explains the NCCL errors of the ranks it left behind; a bare traceback or a
-# torchrun "worker failed" line is the weakest evidence.
+# it; a specific Python error explains the NCCL errors of the ranks it left behind; a bare traceback is weak
+# evidence and a stray shell line weaker; a SIGKILL or torchrun's "worker failed" line names no cause.
 LOG_PATTERNS: tuple[LogPattern, ...] = (
     LogPattern("xid_system", "gpu_hardware", "xid", XID_LINE + codes_regex(SYSTEM_FAULT_XIDS) + r"\b", 0.95),
     LogPattern("gpu_fallen_off_bus", "gpu_hardware", "xid", r"fallen off the bus", 0.95),
-    LogPattern(
-        "ecc_uncorrectable",
-        "gpu_hardware",
-        "ecc",
-        r"uncorrectable ECC error|cudaErrorECCUncorrectable|double[- ]bit ECC",
-        0.9,
-    ),
+    LogPattern("ecc_uncorrectable", "gpu_hardware", "ecc", ECC_FAULT, 0.9),
     LogPattern("slurm_oom_kill", "host_oom", "oom_kill", r"oom[-_]kill event", 0.95),
     LogPattern("slurm_task_oom", "host_oom", "oom_kill", r"task \d+: Out Of Memory", 0.9),
     LogPattern("slurm_mem_limit", "host_oom", "memory_limit", r"exceeded (?:job )?memory limit", 0.9),
@@ -50,6 +57,9 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         r"cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED",
         0.95,
     ),
+    # Python's own MemoryError (numpy's _ArrayMemoryError too): the process could not get host memory
+    # (a limit on its address space, or a node without overcommit); not torch's or Java's OutOfMemoryError.
+    LogPattern("python_memory_error", "host_oom", "memory_error", r"\b(?:_Array)?MemoryError\b", 0.85),
     LogPattern("k8s_oomkilled", "k8s_oomkilled", "oomkilled", r"reason\"?\s*[:=]\s*\"?OOM ?Killed", 0.95),
     LogPattern("slurm_time_limit", "time_limit", "time_limit", r"DUE TO TIME LIMIT", 0.95),
     LogPattern("slurm_preempted", "preemption", "preempted", r"DUE TO PREEMPTION", 0.95),
@@ -82,6 +92,9 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
     ),
     LogPattern("file_not_found", "software_error", "file_not_found", r"\bFileNotFoundError\b", 0.85),
     LogPattern("segfault", "software_error", "segfault", r"Segmentation fault|SIGSEGV|signal 11\b", 0.75),
+    # SIGBUS: in jobs mostly a /dev/shm too small for DataLoader workers, or a memory-mapped file truncated
+    # while read (PyTorch prints "Unexpected bus error encountered in worker ... insufficient shared memory").
+    LogPattern("bus_error", "software_error", "bus_error", r"Bus error|SIGBUS|signal 7\b", 0.75),
     LogPattern(
         "assertion", "software_error", "assertion", r"\bAssertionError\b|Assertion [`'\"].*[`'\"] failed", 0.8
     ),
@@ -99,6 +112,21 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         r"NCCL error|nccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage)Error|DistBackendError",
         0.85,
     ),
+    # Rendezvous: the port torchrun's store binds is taken (another job on the node): the user's choice.
+    LogPattern(
+        "port_in_use",
+        "software_error",
+        "port_in_use",
+        r"EADDRINUSE|errno: 98 - Address already in use|DistNetworkError.*address already in use",
+        0.8,
+    ),
+    # The watchdog aborts a communicator after a collective timed out or NCCL failed; when the original
+    # reason is kept in the log, the patterns above decide.
+    LogPattern(
+        "nccl_comm_aborted", "nccl_error", "communicator_aborted", r"NCCL communicator was aborted", 0.6
+    ),
+    # torchrun's store connection failed: the network, or the node holding the store went down first.
+    LogPattern("dist_network", "nccl_error", "dist_network", r"\bDistNetworkError\b", 0.6),
     LogPattern("k8s_image_pull", "k8s_image_pull", "image_pull", IMAGE_PULL, 0.9),
     LogPattern(
         "k8s_evicted",
@@ -116,27 +144,30 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         XID_LINE + codes_regex(APPLICATION_XIDS) + r"\b",
         0.6,
     ),
-    LogPattern(
-        "jvm_or_python_permission",
-        "software_error",
-        "permission_denied",
-        r"\bPermissionError\b|Permission denied",
-        0.6,
-    ),
+    LogPattern("python_permission", "software_error", "permission_denied", r"\bPermissionError\b", 0.7),
     LogPattern("mpi_abort", "software_error", "mpi_abort", r"MPI_ABORT was invoked|MPI_Abort\(", 0.6),
-    LogPattern("no_such_file", "software_error", "file_not_found", r"No such file or directory", 0.5),
+    # A traceback's own exception outranks a stray shell line below ("Permission denied", "No such file").
     LogPattern(
         "python_traceback", "software_error", "python_exception", r"Traceback \(most recent call last\)", 0.7
     ),
+    LogPattern("permission_denied", "software_error", "permission_denied", r"Permission denied", 0.5),
+    LogPattern("no_such_file", "software_error", "file_not_found", r"No such file or directory", 0.5),
     LogPattern("core_dumped", "software_error", "segfault", r"core dumped", 0.6),
+    LogPattern("sigkill", UNKNOWN, "sigkill", SIGKILL_LINE, 0.3),
+    # torchrun's summary that a worker failed, with nothing else: not a cause (its rank's error is elsewhere).
     LogPattern(
         "torchrun_worker_failed",
-        "nccl_error",
+        UNKNOWN,
         "distributed_worker_failed",
         r"elastic\S*\s.*failed \(exitcode: -?\d+\)|ChildFailedError",
-        0.4,
+        0.3,
     ),
 )
+# The bare-traceback pattern does not count when the traceback that ended the run is the launcher's own
+# (torchrun's ChildFailedError): the worker's error is not in the log, so the patterns after it decide.
+BARE_TRACEBACK = "python_traceback"
+BARE_TRACEBACK_DETAIL = "python_exception"  # its detail: the fix then quotes the run-ending exception
+LAUNCHER_EXCEPTION = r"ChildFailedError$"
 
 # Numbers a fix message quotes, each a regex whose group 1 is the value (Python and Java regex alike).
 LOG_FACTS: dict[str, str] = {
@@ -188,12 +219,28 @@ def log_facts(text: str) -> dict[str, str]:
 _COMPILED = tuple(re.compile(ci(p.regex)) for p in LOG_PATTERNS)
 
 
-def classify_text(text: str | None) -> TextDiagnosis | None:
-    """The first LOG_PATTERNS entry matching the text (case-insensitive), or None when nothing matches."""
+def exception_line(exception: dict[str, str] | None) -> str | None:
+    """`type: message` of the reader's run-ending exception (`type` alone without a message), shortened."""
+    if not exception:
+        return None
+    message = exception.get("message") or ""
+    return (exception["type"] + (": " + message if message else ""))[:EVIDENCE_CHARS]
+
+
+def is_launcher_exception(exc_type: str | None) -> bool:
+    """Whether the run-ending exception is the launcher's own (torchrun's ChildFailedError)."""
+    return bool(exc_type) and re.search(LAUNCHER_EXCEPTION, exc_type) is not None
+
+
+def classify_text(text: str | None, exc_type: str | None = None) -> TextDiagnosis | None:
+    """The first LOG_PATTERNS entry matching the text (case-insensitive), or None when nothing matches.
+    `exc_type`: the run-ending exception the traceback reader found; when it is the launcher's, a bare
+    traceback is not evidence (BARE_TRACEBACK is skipped)."""
     if not text:
         return None
+    skip = BARE_TRACEBACK if is_launcher_exception(exc_type) else None
     for p, compiled in zip(LOG_PATTERNS, _COMPILED, strict=True):
-        match = compiled.search(text)
+        match = compiled.search(text) if p.pattern_id != skip else None
         if match:
             # the whole line holding the match, as the Spark chain's `[^\n]*(?:...)[^\n]*` extracts it
             start = text.rfind("\n", 0, match.start()) + 1

@@ -63,13 +63,16 @@ def rules() -> list[Rule]:
         Rule("timeout_state", timed_out, "time_limit", F.lower(state), 0.95, "accounting"),
         Rule("log_limits", log_limits, None, None, None, "log"),
         Rule("cancelled_state", state == "CANCELLED", "cancelled", cancelled_by, 0.9, "accounting"),
-        Rule("log_cause", log_cause.isNotNull(), None, None, None, "log"),
+        Rule("log_cause", log_cause.isNotNull() & (log_cause != UNKNOWN), None, None, None, "log"),
         Rule("vram_at_card", vram_at_card, "gpu_oom", "vram_at_limit", 0.55, "telemetry"),
         Rule("rss_at_limit", rss_at_limit, "host_oom", "rss_at_limit", 0.6, "accounting"),
         Rule("k8s_exit137", k8s_exit137, "k8s_exit137", "sigkill", 0.5, "accounting"),
         Rule("segv_signal", signal == 11, "software_error", "segfault", 0.6, "accounting"),
         Rule("abort_signal", signal == 6, "software_error", "abort", 0.5, "accounting"),
         Rule("kill_signal", signal == 9, UNKNOWN, "sigkill", 0.2, "accounting"),
+        # a log line that names no cause (a SIGKILL, torchrun's "worker failed"): after the peaks and
+        # signals, which may name one, and before "non-zero exit", which would guess the user's code
+        Rule("log_unknown", log_cause == UNKNOWN, None, None, None, "log"),
         Rule("nonzero_exit", nonzero_exit, "software_error", "nonzero_exit", 0.3, "accounting"),
     ]
 

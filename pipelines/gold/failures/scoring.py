@@ -16,6 +16,16 @@ CATEGORY_TO_CAUSE: dict[str, str] = {
     "slurm_timelimit": "time_limit",
 }
 
+# Files whose excerpt alone cannot show their thread's category, and the cause the excerpt does support.
+# nccl_1657: the thread is about an NCCL "unhandled system error", but the excerpt kept only torchrun's
+# "failed (exitcode: 1)" line, which names no cause (issue 15): `unknown`, not a network fault.
+EXCERPT_CAUSE: dict[str, str] = {"nccl_error__NVIDIA_nccl_1657.txt": "unknown"}
+
+
+def expected_cause(file_name: str) -> str:
+    """The cause the classifier must give a real error log: its excerpt's, else its category's."""
+    return EXCERPT_CAUSE.get(file_name) or CATEGORY_TO_CAUSE[file_name.split("__", 1)[0]]
+
 
 def error_log_body(text: str) -> str:
     """The log text of a real error-log file: after its `-----` header line, without the scout's
