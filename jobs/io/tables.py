@@ -155,25 +155,20 @@ def _retrying(
     if need be) until it commits without a conflict; the operationMetrics of its commit (found by the
     token in the commit's userMetadata, so another writer's later commit is never read as this one's),
     or None when it wrote no commit."""
-    from delta.exceptions import (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        MetadataChangedException,
-        ProtocolChangedException,
-    )
+    from delta import exceptions as delta_errors
     from pyspark.errors import AnalysisException
 
-    conflicts = (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        MetadataChangedException,
-        ProtocolChangedException,
+    conflicts = tuple(
+        getattr(delta_errors, name)
+        for name in (
+            "ConcurrentAppendException",
+            "ConcurrentDeleteDeleteException",
+            "ConcurrentDeleteReadException",
+            "ConcurrentTransactionException",
+            "ConcurrentWriteException",
+            "MetadataChangedException",
+            "ProtocolChangedException",
+        )
     )
     key = "spark.databricks.delta.commitInfo.userMetadata"
     for tried in range(1, COMMIT_ATTEMPTS + 1):

@@ -319,6 +319,18 @@ def archive_rows_as_lines(rows: DataFrame) -> DataFrame:
     return rows.withColumn("raw", raw)
 
 
+def lineage(counted: str) -> list[Column]:
+    """Aggregates saying where a pivoted sample came from: its first line (file, number, text), its newest
+    ingest time, and how many of its lines were superseded (given again for the same `counted` value)."""
+    return [
+        F.min_by("source_file", "line_no").alias("source_file"),
+        F.min("line_no").alias("line_no"),
+        F.min_by("raw", "line_no").alias("raw"),
+        F.max("ingested_at").alias("ingested_at"),
+        (F.count("*") - F.count_distinct(counted)).alias("superseded_lines"),
+    ]
+
+
 def pivot_samples(samples: DataFrame) -> DataFrame:
     """One row per (cluster, host, device, ts, label_job) with the metrics as columns in their units; a
     metric given twice for the same sample keeps its later line. Attribution columns are left empty; `raw`
@@ -333,11 +345,7 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
     wide = samples.groupBy(*SAMPLE_KEY).agg(
         *[F.first(c, ignorenulls=True).alias(c) for c in DEVICE_INFO],
         *aggs,
-        F.min_by("source_file", "line_no").alias("source_file"),
-        F.min("line_no").alias("line_no"),
-        F.min_by("raw", "line_no").alias("raw"),
-        F.max("ingested_at").alias("ingested_at"),
-        (F.count("*") - F.count_distinct("metric")).alias("superseded_lines"),
+        *lineage("metric"),
     )
     return wide.select(
         *SAMPLE_KEY[:3],

@@ -29,7 +29,7 @@ import functools
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipelines.silver.dcgm import parse_exposition
+from pipelines.silver.dcgm import lineage, parse_exposition
 
 # metric -> (silver.pod_samples column, whether the series is the pod cgroup whatever its labels say)
 KEPT_METRICS: dict[str, tuple[str, bool]] = {
@@ -147,11 +147,7 @@ def pod_samples(checked: DataFrame) -> DataFrame:
         pick("cpu_usage_s").alias("cpu_usage_s"),
         pick("mem_working_set_bytes").alias("mem_working_set_bytes"),
         F.first("host", ignorenulls=True).alias("host"),
-        F.min_by("source_file", "line_no").alias("source_file"),
-        F.min("line_no").alias("line_no"),
-        F.min_by("raw", "line_no").alias("raw"),
-        F.max("ingested_at").alias("ingested_at"),
-        (F.count("*") - F.count_distinct("_column")).alias("superseded_lines"),
+        *lineage("_column"),
     )
     return wide.select(
         "cluster",
