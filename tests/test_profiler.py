@@ -165,6 +165,77 @@ def test_the_finding_names_the_users_line(tmp_path: Path) -> None:
     assert found["input_bound"].share_pct == pytest.approx(100 * 60_000 / 85_000, abs=0.5)
 
 
+def test_without_call_stacks_the_enclosing_user_python_function_names_the_line(tmp_path: Path) -> None:
+    """A trace recorded with Python tracing but no `Call stack` args: the DataLoader wait is attributed to
+    the innermost user `python_function` event around it (a library frame inside it does not count), and
+    a wait no user function encloses names no line."""
+    trace = input_bound_trace()
+    events = trace["traceEvents"]
+    loaders = [e for e in events if e["name"].startswith("enumerate(DataLoader)")]
+    for e in loaders:
+        del e["args"]["Call stack"]
+    py = []
+    for e in loaders[:-1]:  # the last step's wait has no user function around it
+        t, d = e["ts"], e["dur"]
+        py.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"{USER_FILE}(88): main",
+                "pid": 7,
+                "tid": 7,
+                "ts": t - 5,
+                "dur": d + 10,
+                "args": {},
+            }
+        )
+        py.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"{USER_FILE}({LOADER_LINE}): train_epoch",
+                "pid": 7,
+                "tid": 7,
+                "ts": t - 2,
+                "dur": d + 4,
+                "args": {},
+            }
+        )
+        py.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": LIBRARY_NEXT,
+                "pid": 7,
+                "tid": 7,
+                "ts": t - 1,
+                "dur": d + 2,
+                "args": {},
+            }
+        )
+    trace["traceEvents"] = events + py
+    frame = _input_bound_frame(tmp_path, trace)
+    assert frame is not None and (frame.file, frame.line, frame.function) == (
+        USER_FILE,
+        LOADER_LINE,
+        "train_epoch",
+    )
+
+    trace["traceEvents"] = events  # no Python events at all: no line, and the fix says where to look
+    assert _input_bound_frame(tmp_path, trace) is None
+
+
+LIBRARY_NEXT = "/opt/conda/lib/python3.11/site-packages/torch/utils/data/dataloader.py(631): __next__"
+
+
+def _input_bound_frame(tmp_path: Path, trace: dict):
+    events, _, _ = _load(write_trace(tmp_path / "t.pt.trace.json.gz", trace))
+    a = analyze_rank(events, SETTINGS, 0, 8, "NVIDIA A100-SXM4-80GB")
+    found = {f.kind: f for f in a.findings}
+    assert set(found) == {"input_bound"}
+    return found["input_bound"].frame
+
+
 def test_user_frame_skips_libraries_and_the_standard_library() -> None:
     stack = (
         "/usr/lib/python3.11/threading.py(320): wait;"
