@@ -129,6 +129,16 @@ class BottleneckSettings(_Strict):
     idle_pct: float = Field(50.0, ge=0, le=100)  # HTA idle share of the GPU span
     kernel_wait_us: float = Field(30.0, ge=0)  # HTA's consecutive_kernel_delay
     dcgm_min_samples: int = Field(3, ge=1)  # DCGM profiling samples a job needs to be classified
+    # DCGM profiling counters (pipelines/gold/bottlenecks/counters.py): ratios 0..1, rates in GB/s
+    dcgm_idle_gr: float = Field(0.2, ge=0, le=1)  # GR_ENGINE_ACTIVE below: idle_gpu
+    dcgm_busy_gr: float = Field(0.5, ge=0, le=1)  # below: the GPU waits for the host
+    dcgm_pcie_gbps: float = Field(4.0, ge=0)  # PCIe TX + RX from which a waiting GPU is copying
+    dcgm_comm_sm_ratio: float = Field(0.6, ge=0, le=1)  # SM_ACTIVE / GR_ENGINE_ACTIVE below, with traffic
+    dcgm_comm_gbps: float = Field(1.0, ge=0)  # NVLink + PCIe that counts as traffic
+    dcgm_dram: float = Field(0.6, ge=0, le=1)  # DRAM_ACTIVE from which the job is memory_bound
+    dcgm_sm_active: float = Field(0.5, ge=0, le=1)  # SM_ACTIVE from which the SMs count as busy
+    dcgm_tensor: float = Field(0.05, ge=0, le=1)  # PIPE_TENSOR_ACTIVE below (busy SMs, Tensor-Core GPU)
+    dcgm_fp32: float = Field(0.2, ge=0, le=1)  # ... with PIPE_FP32_ACTIVE at or above: low_tensor_core
 
 
 class Settings(_Strict):

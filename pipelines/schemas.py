@@ -304,6 +304,19 @@ SILVER_GPU_SAMPLES = TableSpec(
         ("source_file", S, True),
         ("line_no", L, True),
         ("ingested_at", TS, False),
+        # DCGM profiling (DCP) fields; null when the exporter does not export them. Declared last because a
+        # warehouse written before them gains them by ALTER TABLE ADD COLUMNS, which appends (ensure_table).
+        ("gr_engine_active_frac", D, True),  # DCGM_FI_PROF_GR_ENGINE_ACTIVE, 0..1 of time
+        ("sm_occupancy_frac", D, True),  # DCGM_FI_PROF_SM_OCCUPANCY, 0..1
+        ("fp64_active_frac", D, True),  # DCGM_FI_PROF_PIPE_FP64_ACTIVE, 0..1 of cycles
+        ("fp32_active_frac", D, True),  # DCGM_FI_PROF_PIPE_FP32_ACTIVE
+        ("fp16_active_frac", D, True),  # DCGM_FI_PROF_PIPE_FP16_ACTIVE
+        ("dram_active_frac", D, True),  # DCGM_FI_PROF_DRAM_ACTIVE, 0..1 of cycles
+        ("pcie_tx_bytes_per_s", D, True),  # DCGM_FI_PROF_PCIE_TX_BYTES (a rate, bytes/s)
+        ("pcie_rx_bytes_per_s", D, True),  # DCGM_FI_PROF_PCIE_RX_BYTES
+        ("nvlink_tx_bytes_per_s", D, True),  # DCGM_FI_PROF_NVLINK_TX_BYTES
+        ("nvlink_rx_bytes_per_s", D, True),  # DCGM_FI_PROF_NVLINK_RX_BYTES
+        ("sm_clock_mhz", D, True),  # DCGM_FI_DEV_SM_CLOCK
     ),
     key=("cluster", "host", "device", "ts", "label_job"),
     grain="one GPU or MIG-instance sample at one timestamp (per label copy)",
@@ -616,9 +629,12 @@ GOLD_JOB_BOTTLENECKS = TableSpec(
         ("gpu_hours_recoverable", D, True),  # share x the job's GPU-hours; null when they are unknown
         ("usd_recoverable", D, True),
         ("built_at", TS, False),
+        # profiler (a trace) | dcgm (profiling counters: no rank, no line). Last: older tables gain it by
+        # ALTER TABLE ADD COLUMNS; their rows (null) are the profiler's.
+        ("source", S, True),
     ),
-    key=("cluster", "job_id", "kind"),
-    grain="one finding of one job",
+    key=("cluster", "job_id", "source", "kind"),
+    grain="one finding of one job from one source",
 )
 
 # Gold: per-job usage and waste (pipelines/gold/waste.py states the formulas), and the month rollups

@@ -107,6 +107,9 @@ def test_real_mig_instance_later_line_wins(parsed: dict) -> None:
     # Block 2 (dcgm-exporter #68): A30 MIG 2g.12gb GPU_I_ID 1, tensor 0.000000 then 0.022137, no timestamps
     r = parsed["rows"][("dcgm-exporter-sn5rp", "GPU-603a8873-0edd-c157-ce48-2078e8b1a935/gi1", T0, "")]
     assert (r["mig_gi_id"], r["mig_profile"], r["tensor_active_frac"]) == (1, "2g.12gb", 0.022137)
+    # its profiling fields (dcgm-exporter #68): GR_ENGINE_ACTIVE 0.381124, DRAM_ACTIVE 0
+    assert (r["gr_engine_active_frac"], r["dram_active_frac"]) == (0.381124, 0.0)
+    assert r["sm_occupancy_frac"] is None  # not in the excerpt: null, never 0
 
 
 def test_real_v100_scrape_time_from_epoch_name(parsed: dict) -> None:
@@ -124,7 +127,7 @@ def test_hpc_job_copies_and_hostname_spellings(parsed: dict) -> None:
     assert (r["gpu_util_pct"], r["power_w"]) == (5.0, 61.5)
     assert rows[("g002", "GPU-a", T0, "")]["gpu_util_pct"] == 42.0  # CSV, ISO time
     assert rows[("g002", "GPU-a", datetime(2026, 11, 3, 10, 0, 30), "")]["gpu_util_pct"] == 44.0  # epoch s
-    assert len(rows) == 9
+    assert len(rows) == 12  # with the three H100 MIG instances, whose only lines are GR_ENGINE_ACTIVE
 
 
 def test_rejects_with_reasons(parsed: dict) -> None:
@@ -149,7 +152,7 @@ def test_rejects_with_reasons(parsed: dict) -> None:
 
 def test_metrics_not_kept_are_counted(parsed: dict) -> None:
     unkept = parsed["unkept"]
-    assert unkept["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == 1 + 3  # the A30 block + the three H100 MIG lines
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in unkept and "DCGM_FI_PROF_DRAM_ACTIVE" not in unkept
     assert unkept["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == 4 and unkept["DCGM_FI_DEV_POWER_MGMT_LIMIT"] == 2
     assert unkept["DCGM_FI_DEV_GPU_TEMP"] == 1 and unkept["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 1
 

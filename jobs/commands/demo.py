@@ -29,7 +29,11 @@ INGEST_ORDER = (
     ("k8s", "k8s"),
     ("k8s_metrics", "k8s-metrics"),
     ("logs", "logs"),
+    ("profiler", "profiler"),
 )
+# Share of the simulated training jobs that leave torch.profiler traces (small, so ingest and analysis stay
+# quick).
+DEMO_PROFILED_SHARE = 0.05
 # Each source's options as `jobfit ingest` defaults them.
 INGEST_OPTIONS: dict[str, dict[str, Any]] = {"sacct": {"fmt": None}, "logs": {"tail_kb": DEFAULT_TAIL_KB}}
 
@@ -38,6 +42,20 @@ def _build(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
     from jobs.stages.build import build
 
     return build(ctx, cluster, month).as_dict()
+
+
+def _bottlenecks(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
+    """The month's profiled jobs analysed and priced; the summary keeps the top findings by GPU-hours."""
+    from jobs.stages.bottlenecks import build_bottlenecks
+
+    config, _ = ctx.cluster_config(cluster)
+    result = build_bottlenecks(ctx, cluster, config, month=month)
+    found = [{"job_id": j["job_id"], **f} for j in result["jobs"] for f in j["findings"]]
+    found.sort(key=lambda f: -(f["gpu_hours_recoverable"] or 0))
+    by_kind: dict[str, int] = {}
+    for f in found:
+        by_kind[f["kind"]] = by_kind.get(f["kind"], 0) + 1
+    return {"jobs": len(result["jobs"]), "findings": len(found), "by_kind": by_kind, "top": found[:5]}
 
 
 def _failures(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
@@ -114,6 +132,7 @@ def _emails(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]
 _MONTH = ("--month", "{month}")
 STAGES: tuple[tuple[str, Callable[[Context, str, str, Path], dict[str, Any]], tuple[str, ...]], ...] = (
     ("build", _build, _MONTH),
+    ("bottlenecks", _bottlenecks, _MONTH),
     ("failures", _failures, _MONTH),
     ("waste", _waste, _MONTH),
     ("train", _train, ()),
@@ -191,6 +210,15 @@ def _headline(step: Step) -> str:
     if step.command == "failures" and "by_cause" in r:
         causes = ", ".join(f"{c} {v.get('jobs')}" for c, v in list(r["by_cause"].items())[:4])
         return f": {r.get('jobs')} jobs diagnosed ({causes}), ${r.get('lost_usd', 0):,.0f} lost"
+    if step.command == "bottlenecks" and "top" in r:
+        kinds = ", ".join(f"{k} {n}" for k, n in r["by_kind"].items())
+        lines = [f": {r['jobs']} profiled jobs, {r['findings']} findings ({kinds or 'none'})"]
+        for f in r["top"]:
+            where = f" at {f['file']}:{f['line']}" if f["file"] else ""
+            hours = f["gpu_hours_recoverable"]
+            cost = f", {hours:.1f} GPU-h" if hours is not None else ""
+            lines.append(f"      {f['job_id']}: {f['kind']} {f['share_pct']:.0f} % of step time{cost}{where}")
+        return "\n".join(lines)
     if step.command == "report" and r.get("reports"):
         return "".join(f": {x['path']} ({x['pages']} pages)" for x in r["reports"])
     if step.command == "emails" and "written" in r:
@@ -218,9 +246,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulate a month on the demo cluster, ingest it, run every stage, and summarise",
         description="The one command to see jobfit work: simulates a month of jobs (jobfit simulate) into "
         "--out, ingests every source with `jobfit ingest`'s runners, then runs each later stage "
-        "(build, failures, waste, train, evaluate, hooks export, one request to jobfit serve, the admin "
-        "report and one user's report as PDFs in DIR/reports, the e-mail digests as .eml files in "
-        "DIR/outbox) and prints what it produced and where. "
+        "(build, bottlenecks of the profiled jobs, failures, waste, train, evaluate, hooks export, one "
+        "request to jobfit serve, the admin report and one user's report as PDFs in DIR/reports, the e-mail "
+        "digests as .eml files in DIR/outbox) and prints what it produced and where. "
         "Tables go to the configured warehouse. Progress on stderr.",
     )
     add_common(p, cluster=False)
@@ -271,7 +299,14 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     report = DemoReport(out=str(out), cluster=cluster.name, month=month, warehouse=ctx.settings.warehouse)
     ctx.progress(f"demo: simulating {args.jobs} jobs on {cluster.name} for {month} into {out}/ ...")
     sim = simulate(
-        cluster, month, args.jobs, args.seed, out, dcgm_interval_s=DEFAULT_INTERVAL_S, progress=ctx.progress
+        cluster,
+        month,
+        args.jobs,
+        args.seed,
+        out,
+        dcgm_interval_s=DEFAULT_INTERVAL_S,
+        progress=ctx.progress,
+        profiled_share=DEMO_PROFILED_SHARE,
     )
     report.simulation = sim.as_dict()
     for folder, source in INGEST_ORDER:

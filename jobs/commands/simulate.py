@@ -50,6 +50,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="share (0..1) of the GPU jobs that carry a Princeton jobstats summary in sacct's AdminComment "
         "instead of DCGM scrapes (default 0)",
     )
+    p.add_argument(
+        "--profiled-share",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share (0..1) of the GPU training jobs that leave torch.profiler (Kineto) traces in "
+        "profiler/job_<id>/, with their truth in profiler_truth.csv (default 0)",
+    )
+    p.add_argument(
+        "--dcgm-prof-share",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share (0..1) of the hosts whose dcgm-exporter also exports the DCGM profiling fields "
+        "(GR_ENGINE_ACTIVE, DRAM_ACTIVE, PCIe, NVLink, ...), with each GPU job's true bottleneck in "
+        "truth.parquet (default 0)",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,6 +86,14 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         0.0 <= args.jobstats_share <= 1.0,
         f"--jobstats-share must be between 0 and 1, got {args.jobstats_share}",
     )
+    require(
+        0.0 <= args.profiled_share <= 1.0,
+        f"--profiled-share must be between 0 and 1, got {args.profiled_share}",
+    )
+    require(
+        0.0 <= args.dcgm_prof_share <= 1.0,
+        f"--dcgm-prof-share must be between 0 and 1, got {args.dcgm_prof_share}",
+    )
     cluster = ctx.cluster(args.cluster)
     require(bool(cluster.partitions), f"cluster {args.cluster} declares no partitions to simulate")
     out = Path(args.out)
@@ -83,6 +108,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         dcgm_interval_s=args.dcgm_interval,
         progress=ctx.progress,
         jobstats_share=args.jobstats_share,
+        profiled_share=args.profiled_share,
+        dcgm_prof_share=args.dcgm_prof_share,
     )
     ctx.emit(result.as_dict(), as_json=args.json, text=result.text())
     return 0

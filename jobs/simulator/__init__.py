@@ -16,7 +16,7 @@ from hashlib import sha256
 from pathlib import Path
 
 from conf import ClusterConfig
-from jobs.simulator import jobstats, logs, scripts
+from jobs.simulator import jobstats, kineto, logs, scripts
 from jobs.simulator.dcgm import DEFAULT_INTERVAL_S, DcgmWriter
 from jobs.simulator.inject import inject
 from jobs.simulator.k8s import make_pod
@@ -26,7 +26,18 @@ from jobs.simulator.sacct import SacctDumper
 from jobs.simulator.truth import TruthWriter, pod_row, slurm_row
 
 # What simulate() writes under its output folder (and clears first, so a re-run never mixes months).
-OUTPUTS = ("sacct", "scripts", "dcgm", "k8s", "k8s_metrics", "logs", "truth.parquet", "bad_records.jsonl")
+OUTPUTS = (
+    "sacct",
+    "scripts",
+    "dcgm",
+    "k8s",
+    "k8s_metrics",
+    "logs",
+    "truth.parquet",
+    "bad_records.jsonl",
+    "profiler",
+    kineto.TRUTH_FILE,
+)
 POD_SHARE = 0.1  # share of --jobs that are Kubernetes pods (when the cluster has GPU partitions)
 
 
@@ -67,10 +78,14 @@ def simulate(
     dcgm_interval_s: int = DEFAULT_INTERVAL_S,
     progress: Callable[[str], None] | None = None,
     jobstats_share: float = 0.0,
+    profiled_share: float = 0.0,
+    dcgm_prof_share: float = 0.0,
 ) -> SimulationResult:
     """Write a month of `n_jobs` jobs (Slurm jobs plus 10 % pods) under `out`; same seed, same bytes.
     `jobstats_share` of the (non-MIG) GPU jobs carry a jobstats summary in AdminComment and no DCGM scrapes
-    (nodes without dcgm-exporter, as at a site running jobstats)."""
+    (nodes without dcgm-exporter, as at a site running jobstats). `profiled_share` of the training jobs also
+    leave torch.profiler traces in profiler/job_<id>/ with their truth in profiler_truth.csv (kineto.py).
+    `dcgm_prof_share` of the hosts' exporters also export the DCGM profiling fields (counters.py)."""
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:
@@ -84,11 +99,13 @@ def simulate(
     workload = Workload(cluster, month, n_jobs - n_pods, seed)
     models = {n: p.gpu_model or "" for n, p in cluster.partitions.items()}
     sacct = SacctDumper(out, workload.t0)
-    dcgm = DcgmWriter(out, cluster.name, workload.alloc, dcgm_interval_s, seed, models)
+    dcgm = DcgmWriter(out, cluster.name, workload.alloc, dcgm_interval_s, seed, models, dcgm_prof_share)
     truth = TruthWriter(out / "truth.parquet")
     (out / "scripts").mkdir()
     (out / "logs").mkdir()
     (out / "k8s").mkdir()
+    (out / "profiler").mkdir()
+    profiled = kineto.TruthCsv(out / kineto.TRUTH_FILE)
     log_rng = random.Random(seed * 104729 + 3)
     counts = {"scripts": 0, "logs": 0, "script_lines": 0, "log_lines": 0}
     step = max(1, (n_jobs - n_pods) // 10)
@@ -114,6 +131,11 @@ def simulate(
         if job.has_log and frame is not None:
             row.update(tb_user_file=frame.file, tb_user_line=frame.line, tb_user_function=frame.function)
         truth.add(row)
+        if kineto.is_profiled(job, profiled_share):
+            model = kineto.draw_model(kineto.facts_of(job), kineto.model_seed(seed, job.job_id_raw))
+            paths, rows = kineto.write_job(out, model, cluster.name)
+            profiled.add(rows)
+            counts["traces"] = counts.get("traces", 0) + len(paths)
         dcgm.flush(job.submit - 3600)
         if progress and i % step == 0:
             progress(f"simulate: {i}/{n_jobs - n_pods} Slurm jobs")
@@ -121,6 +143,7 @@ def simulate(
     dcgm.finish()
     pod_lines, (metric_files, metric_lines) = _write_pods(out, cluster.name, workload, n_pods, seed, truth)
     truth.close()
+    profiled.close()
     manifest = inject(out, inject_bad, seed) if inject_bad > 0 else []
     if inject_bad <= 0:
         (out / "bad_records.jsonl").write_text("", encoding="utf-8")
@@ -142,6 +165,7 @@ def simulate(
             "k8s": 1 if n_pods else 0,
             "k8s_metrics": metric_files,
             "logs": counts["logs"],
+            "profiler": counts.get("traces", 0),
         },
         lines={
             "sacct": sacct.lines + by_source.get("sacct", 0),
@@ -150,6 +174,7 @@ def simulate(
             "k8s": pod_lines + by_source.get("k8s", 0),
             "k8s_metrics": metric_lines,
             "logs": counts["log_lines"],
+            "profiler": profiled.rows,
         },
         bad_records=len(manifest),
         seconds=round(time.monotonic() - started, 2),

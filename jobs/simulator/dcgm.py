@@ -13,6 +13,7 @@ import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from jobs.simulator import counters
 from jobs.simulator.alloc import Allocator
 from jobs.simulator.catalog import DCGM_MODEL_NAMES, TDP_W
 from jobs.simulator.model import DAY, Job
@@ -31,7 +32,8 @@ METRICS = (
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active."),
 )
 
-Sample = tuple[int, int, int | None, str, tuple[int, int, int, float, int, float, float]]
+# (time, gpu, MIG instance, job id, the METRICS' values, the DCP fields' values: counters.PROF_METRICS)
+Sample = tuple[int, int, int | None, str, tuple[int, int, int, float, int, float, float], tuple]
 
 
 def gpu_uuid(cluster: str, host: str, gpu: int) -> str:
@@ -44,7 +46,14 @@ class DcgmWriter:
     """Buffers each host-day's samples and writes the day once no later job can add to it."""
 
     def __init__(
-        self, out: Path, cluster: str, alloc: Allocator, interval_s: int, seed: int, models: dict[str, str]
+        self,
+        out: Path,
+        cluster: str,
+        alloc: Allocator,
+        interval_s: int,
+        seed: int,
+        models: dict[str, str],
+        prof_share: float = 0.0,
     ) -> None:
         self.dir = out / "dcgm"
         self.models = models  # partition -> GPU model (config names), for the modelName label
@@ -55,6 +64,8 @@ class DcgmWriter:
         self.rng = random.Random(seed * 7919 + 17)
         self.buffers: dict[tuple[str, int], list[Sample]] = {}
         self.files: list[Path] = []
+        self.seed = seed
+        self.prof_share = prof_share  # hosts whose exporter exports the DCP fields (counters.exports_prof)
         self.lines = 0
         self.samples = 0
 
@@ -79,6 +90,11 @@ class DcgmWriter:
         peaks: list[int] = []
         n_samples = 0
         xid_ts = None
+        # The DCP counters draw from the job's own generator: the other metrics' values stay as they were.
+        crng = counters.job_rng(self.seed, job)
+        bottleneck = counters.true_bottleneck(job, crng)
+        dcp_means = counters.job_means(job, bottleneck, crng)
+        prof_samples = 0
         for i, (host, gpu, gi) in enumerate(job.gpu_units):
             times = self.sample_times(job, host)
             util_mean = job.gpu_util_mean[i] if i < len(job.gpu_util_mean) else 0.0
@@ -88,6 +104,8 @@ class DcgmWriter:
                 (len(times) - 1 if job.cause == "gpu_oom" else rng.randrange(len(times))) if times else -1
             )
             utils = []
+            prof = counters.exports_prof(host, self.prof_share)
+            gpu_factor = crng.uniform(0.93, 1.05)
             for k, t in enumerate(times):
                 # The Xid shows on the faulty GPU's last scrape; utilisation is left as it was so that the
                 # truth's idle and under-use hours follow from the samples alone.
@@ -101,13 +119,24 @@ class DcgmWriter:
                 else:
                     util, fb, sm, tensor = 0, 0, 0.0, 0.0
                     power = rng.uniform(55, 65)
+                dcp = counters.IDLE_SAMPLE
+                if prof and active:
+                    dcp, sm, tensor = counters.sample(dcp_means, gpu_factor, job.gpu_model, crng)
+                prof_samples += prof
                 xid = 0
                 if faulted and i == (job.failed_unit or 0) and job.xid:
                     xid = job.xid
                     xid_ts = t
                 utils.append(util)
                 self.buffers.setdefault((host, t // DAY), []).append(
-                    (t, gpu, gi, str(job.job_id_raw), (util, total_mib - fb, fb, power, xid, sm, tensor))
+                    (
+                        t,
+                        gpu,
+                        gi,
+                        str(job.job_id_raw),
+                        (util, total_mib - fb, fb, power, xid, sm, tensor),
+                        dcp if prof else (),
+                    )
                 )
             n_samples += len(times)
             means.append(sum(utils) / len(utils) if utils else util_mean)
@@ -118,6 +147,8 @@ class DcgmWriter:
             "peak_mib": max(peaks) if peaks else 0,
             "samples": n_samples,
             "xid_ts": xid_ts,
+            "bottleneck": bottleneck,
+            "prof_samples": prof_samples,
         }
 
     def flush(self, before: int) -> None:
@@ -165,10 +196,13 @@ class DcgmWriter:
                 scrape = samples[i:j]
                 labels = [self._labels(host, s[1], s[2], s[3]) for s in scrape]
                 ms = t * 1000 + zlib.crc32(f"{host}{t}".encode()) % 1000
-                for m, (name, help_) in enumerate(METRICS):
+                metrics = [(4, m, name, help_) for m, (name, help_) in enumerate(METRICS)]
+                if counters.exports_prof(host, self.prof_share):
+                    metrics += [(5, m, name, help_) for m, (name, help_) in enumerate(counters.PROF_METRICS)]
+                for part, m, name, help_ in metrics:
                     fh.write(f"# HELP {name} {help_}\n# TYPE {name} gauge\n")
                     for s, lab in zip(scrape, labels, strict=True):
-                        v = s[4][m]
+                        v = s[part][m]
                         text = f"{v:.6f}" if isinstance(v, float) else str(v)
                         fh.write(f"{name}{lab} {text} {ms}\n")
                     self.lines += 2 + len(scrape)

@@ -79,6 +79,9 @@ SCHEMA = pa.schema(
         ("failed_core_h", pa.float64()),
         ("failed_mem_gib_h", pa.float64()),
         ("failed_gpu_h", pa.float64()),
+        # what held the GPUs back (jobs/simulator/counters.py; null: nothing), and its DCP samples written
+        ("bottleneck", pa.string()),
+        ("prof_samples", pa.int64()),
     ]
 )
 
@@ -178,6 +181,8 @@ def slurm_row(
         "user_fixable": USER_FIXABLE[job.cause],
         "has_log": job.has_log,
         "drifted": job.user.drift_at is not None and job.submit >= job.user.drift_at,
+        "bottleneck": tel.get("bottleneck") if tel else None,
+        "prof_samples": tel.get("prof_samples", 0) if tel else 0,
     }
     return with_waste(row)
 

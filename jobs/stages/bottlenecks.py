@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from conf import BottleneckSettings, ClusterConfig
 from jobs.context import Context
 from jobs.io.tables import merge_into, read_table, replace_where, sql_string
+from jobs.stages.bottleneck_counters import build_counter_findings
 from pipelines.gold.bottlenecks.analyze import Finding, Frame, RankAnalysis, analyze_rank, job_findings
 from pipelines.schemas import (
     GOLD_JOB_BOTTLENECKS,
@@ -147,9 +148,27 @@ def build_bottlenecks(
                 settings,
                 GOLD_JOB_BOTTLENECKS.name,
                 frame,
-                f"cluster = {sql_string(cluster)} AND job_id IN ({listed})",
+                f"cluster = {sql_string(cluster)} AND job_id IN ({listed}) "
+                "AND coalesce(source, 'profiler') = 'profiler'",
             )
-    return {"cluster": cluster, "jobs": results}
+    return {
+        "cluster": cluster,
+        "jobs": _with_counters(cluster, results, build_counter_findings(ctx, cluster, config, job_id, month)),
+    }
+
+
+def _with_counters(
+    cluster: str, results: list[dict[str, Any]], counted: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The traces' job objects with each job's DCGM counter summary and findings added (`counters` null
+    without profiling counters), and a job object for each job classified from counters alone."""
+    for job in results:
+        extra = counted.pop(job["job_id"], None) if job["job_id"] is not None else None
+        job["counters"] = extra["counters"] if extra else None
+        job["findings"] += extra["findings"] if extra else []
+    for jid, extra in sorted(counted.items()):
+        results.append({"job_id": jid, "cluster": cluster, "attribution": [], "ranks": [], **extra})
+    return results
 
 
 def _jobs(ctx: Context, cluster: str, ids: set[str]) -> dict[str, dict[str, Any]]:
@@ -257,6 +276,7 @@ def _finding_row(
         "gpu_hours_recoverable": priced[0],
         "usd_recoverable": priced[1],
         "built_at": now,
+        "source": "profiler",
     }
 
 
@@ -297,6 +317,7 @@ def _job_json(
         "findings": [
             {
                 "kind": f.kind,
+                "source": "profiler",
                 "rank": f.rank,
                 "share_pct": _r(f.share_pct),
                 "evidence": f.evidence,

@@ -27,7 +27,22 @@ KEPT_METRICS: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active_frac", 1.0),
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
     "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0),
+    # The profiling (DCP) fields of dcgm-exporter's dcp-metrics-included.csv: ratios 0..1 of time or
+    # cycles, PCIe/NVLink in bytes per second. Older exporters and cards without DCP export none: null.
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active_frac", 1.0),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy_frac", 1.0),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("fp64_active_frac", 1.0),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("fp32_active_frac", 1.0),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("fp16_active_frac", 1.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active_frac", 1.0),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bytes_per_s", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bytes_per_s", 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_per_s", 1.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_per_s", 1.0),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
 }
+# The columns of the profiling fields, in silver.gpu_samples' order (declared after the older columns).
+PROF_COLUMNS = tuple(KEPT_METRICS[m][0] for m in list(KEPT_METRICS)[7:])
 
 _PROM_RE = r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{(.*)\})?\s+(\S+)(\s+(-?[0-9]+(?:\.[0-9]*)?))?\s*$"
 # `promtool tsdb dump` and remote-read exports carry the name as a label: `{__name__="m",a="1"} 5 1700000`.
@@ -364,6 +379,7 @@ def pivot_samples(samples: DataFrame) -> DataFrame:
         "source_file",
         "line_no",
         "ingested_at",
+        *PROF_COLUMNS,
         "raw",  # the sample's first line, for quarantine by the validation step; not a silver column
         "superseded_lines",  # lines of a metric given again for the same sample; not a silver column
     )

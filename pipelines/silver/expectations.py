@@ -20,6 +20,7 @@ from pipelines.schemas import (
     SILVER_POD_SAMPLES,
     TableSpec,
 )
+from pipelines.silver.dcgm import PROF_COLUMNS
 from pipelines.states import JOB_STATES
 
 ROW, TABLE = "row", "table"
@@ -114,6 +115,13 @@ def _gpu_samples() -> list[gx.expectations.Expectation]:
         *_non_negative("fb_used_bytes", "fb_total_bytes", "power_w"),
         E.ExpectColumnValuesToBeBetween(column="sm_active_frac", min_value=0, max_value=1, meta=_row()),
         E.ExpectColumnValuesToBeBetween(column="tensor_active_frac", min_value=0, max_value=1, meta=_row()),
+        # DCGM profiling fields: ratios 0..1 (a 0-100 percentage, as some exporters relabel them, is rejected)
+        *[
+            E.ExpectColumnValuesToBeBetween(column=c, min_value=0, max_value=1, meta=_row())
+            for c in PROF_COLUMNS
+            if c.endswith("_frac")
+        ],
+        *_non_negative(*(c for c in PROF_COLUMNS if not c.endswith("_frac"))),
     ]
 
 

@@ -26,6 +26,7 @@ from pipelines.gold.bottlenecks.breakdown import (
     merge,
     prepare,
     step_breakdown,
+    subtract,
     total,
 )
 from pipelines.gold.bottlenecks.rules import RULES
@@ -186,6 +187,27 @@ def _window_time(df: pd.DataFrame, steps: list[tuple[float, float]]) -> float:
     )
 
 
+def _idle_opened_by(
+    sync: pd.DataFrame, ev: pd.DataFrame, steps: list[tuple[float, float]]
+) -> tuple[float, np.ndarray]:
+    """GPU idle time inside the steps (no kernel, copy or memset on any stream) in the gaps that open while a
+    synchronising call is blocking: the GPU ran dry because the host was waiting on it (µs); and per sync
+    row, the idle of the gaps opening inside it (for the line)."""
+    gpu = ev[ev["is_gpu"]]
+    window = merge(*zip(*steps, strict=True))
+    gaps = subtract(window, merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy()))
+    if not gaps.size:
+        return 0.0, np.zeros(len(sync))
+    blocking = merge(sync["ts_us"].to_numpy(), sync["end_us"].to_numpy())
+    idx = np.searchsorted(blocking[:, 0], gaps[:, 0], side="right") - 1
+    inside = (idx >= 0) & (gaps[:, 0] <= blocking[np.clip(idx, 0, None), 1])
+    starts, lengths = gaps[inside, 0], gaps[inside, 1] - gaps[inside, 0]
+    cum = np.concatenate([[0.0], np.cumsum(lengths)])
+    lo = np.searchsorted(starts, sync["ts_us"].to_numpy(), side="left")
+    hi = np.searchsorted(starts, sync["end_us"].to_numpy(), side="right")
+    return float(lengths.sum()), cum[hi] - cum[lo]
+
+
 def analyze_rank(
     events: pd.DataFrame,
     settings: BottleneckSettings,
@@ -264,7 +286,13 @@ def _rank_findings(
     if len(kernels):
         short = kernels["dur_us"] < s.launch_short_kernel_us
         short_pct = 100.0 * float(short.mean())
-        if pct["runtime"] >= s.launch_runtime_pct and short_pct >= s.launch_short_kernel_pct:
+        # The GPU starved by launches: a large runtime share, or (HTA's idle breakdown) the GPU idle for most
+        # of the step (torch-tb-profiler's utilisation < 50 %) with most of that idle waiting on the host.
+        starved = (
+            gb.idle_split_pct["host_wait"] >= 50.0
+            and 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"] - pct["dataloader"] >= s.idle_pct
+        )
+        if (pct["runtime"] >= s.launch_runtime_pct or starved) and short_pct >= s.launch_short_kernel_pct:
             launches = _in_steps(ev[ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains("Launch")], steps)
             frame = finder.top(launches.assign(n=1.0), gpu=False, weight="n")
             out.append(
@@ -289,20 +317,25 @@ def _rank_findings(
     ]
     sync = _in_steps(sync, steps)
     if len(sync) and step_total > 0:
-        sync_pct = 100.0 * _window_time(sync, steps) / step_total
+        # What a sync costs is the GPU idle it opens (HTA's idle "host wait": the queue drained while the host
+        # waited, then the GPU waited for the host), not the host's blocked time, during which the GPU works.
+        stall, per_call = _idle_opened_by(sync, ev, steps)
+        sync_pct = 100.0 * stall / step_total
         if sync_pct >= s.sync_pct:
-            frame = finder.top(sync, gpu=False)
+            blocked_pct = 100.0 * _window_time(sync, steps) / step_total
+            stalling = sync.assign(stall_us=per_call)
+            frame = finder.top(stalling[stalling["stall_us"] > 0], gpu=False, weight="stall_us")
             top_op = sync.groupby("name")["dur_us"].sum().idxmax()
             out.append(
                 Finding(
                     "sync_bound",
                     None,
                     sync_pct,
-                    f"host blocked {sync_pct:.1f} % of step time in {len(sync)} synchronising call(s), "
-                    f"mostly {top_op}",
+                    f"GPU idle {sync_pct:.1f} % of step time after {len(sync)} synchronising call(s) drained "
+                    f"its queue (host blocked {blocked_pct:.1f} % in them), mostly {top_op}",
                     RULES["sync_bound"].fix.format(where=_where(frame), op=top_op),
                     frame,
-                    {"sync_pct": sync_pct},
+                    {"sync_pct": sync_pct, "blocked_pct": blocked_pct},
                 )
             )
     # memcpy_bound

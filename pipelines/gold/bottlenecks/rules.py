@@ -79,9 +79,45 @@ RULES: dict[str, Rule] = {
             "The GPU sat idle {idle_pct:.0f} % of the time: profile with stacks (see docs/bottlenecks.md) "
             "and look at what the CPU does between steps (logging, checkpointing, evaluation on the CPU).",
         ),
+        Rule(
+            "memory_bound",
+            "kernels wait on GPU memory bandwidth",
+            "Move fewer bytes per result: fuse element-wise operations (torch.compile), keep activations in "
+            "bf16/fp16, and raise the batch size so weights are read once for more samples; the memory "
+            "interface was busy {dram_pct:.0f} % of the time.",
+        ),
     )
 }
 FINDING_KINDS = tuple(RULES)
+
+# DCGM profiling counters say what kind of bottleneck a job has but never where: their fix texts (a format
+# string over the counters' figures, pipelines/gold/bottlenecks/counters.py) point at the trace for the line.
+NO_LINE = (
+    " DCGM counters cannot name the line of code: record a profiler trace with stacks (docs/bottlenecks.md, "
+    "'Record a trace jobfit can name lines from') and run jobfit bottlenecks --job on it to find it."
+)
+COUNTER_FIXES: dict[str, str] = {
+    "idle_gpu": "The GPU's engine was busy {gr_pct:.0f} % of the time: release GPUs you are not computing "
+    "on (run interactive work on a CPU node, or with a shorter time limit), or find what the program does "
+    "between GPU calls.",
+    "input_bound": "The GPU's engine was busy {gr_pct:.0f} % of the time with little PCIe traffic: it waits "
+    "for the host, most often for the next batch. Load batches in the background (DataLoader(..., "
+    "num_workers=4 or more, pin_memory=True, persistent_workers=True)) and take logging, .item() and "
+    "checkpointing out of the step.",
+    "memcpy_bound": "The GPU's engine was busy {gr_pct:.0f} % of the time while PCIe carried "
+    "{pcie_gbps:.1f} GB/s: it waits on host-device copies. Copy from pinned memory without blocking "
+    "(DataLoader(..., pin_memory=True), .to(device, non_blocking=True)) and keep tensors on the GPU between "
+    "steps.",
+    "communication_bound": "The SMs were active {sm_pct:.0f} % of the time while the engine was busy "
+    "{gr_pct:.0f} % and NVLink/PCIe carried {link_gbps:.1f} GB/s: the GPUs wait on collectives. Overlap "
+    "them with the backward pass (DistributedDataParallel, gradient_as_bucket_view=True), accumulate "
+    "gradients over several steps (no_sync()), or raise the batch size.",
+    "low_tensor_core": "The SMs were active {sm_pct:.0f} % of the time but the tensor pipe only "
+    "{tensor_pct:.1f} % (FP32 pipe {fp32_pct:.0f} %) on a Tensor-Core GPU: matrix math runs in FP32. Use "
+    "mixed precision (with torch.autocast('cuda', dtype=torch.bfloat16):) or "
+    "torch.backends.cuda.matmul.allow_tf32 = True.",
+    "memory_bound": RULES["memory_bound"].fix,
+}
 
 # What to add to a training loop to record a trace jobfit can name lines from (with_stack=True).
 RECORD_TRACE_HINT = (

@@ -1,0 +1,125 @@
+"""The simulator's Kineto traces (jobs/simulator/kineto.py) without Spark: they read with the ingest's reader,
+carry the job id in their path, repeat byte for byte, and `jobfit bottlenecks`' rules find the causes the
+workload model injected (precision and recall per finding against the truth, none on healthy jobs)."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import gzip
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conf import load_settings
+from jobs.simulator import kineto, simulate
+from pipelines.silver.profiler import EventTally, Reject, job_id_in_path, read_trace_events, read_trace_meta
+from tests.profiler_sim import simulate_and_score
+
+SETTINGS = load_settings({}).bottlenecks
+N_JOBS, SEED = 60, 3
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return simulate_and_score(N_JOBS, SEED, SETTINGS)
+
+
+def test_the_simulator_never_reads_the_detector() -> None:
+    tree = ast.parse(Path(kineto.__file__).read_text(encoding="utf-8"))
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in (n.names if isinstance(n, ast.Import) else [n])
+    }
+    assert not any(m and (m.startswith("pipelines") or m.startswith("conf")) for m in imported), imported
+
+
+def test_same_model_same_bytes_and_the_reader_takes_every_event(tmp_path: Path) -> None:
+    facts = kineto.draw_facts(random.Random(5), 0)
+    facts = kineto.JobFacts(**{**facts.__dict__, "ranks": 2, "nodes": 1})
+    model = kineto.draw_model(facts, 11)
+    a, _ = kineto.write_job(tmp_path / "a", model, "demo")
+    b, rows = kineto.write_job(tmp_path / "b", model, "demo")
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    assert {r["kind"] for r in rows} == set(kineto.CAUSES)
+    for rank, path in enumerate(a):
+        assert job_id_in_path(str(path)) == facts.job_id
+        with gzip.open(path) as f:
+            meta = read_trace_meta(f)
+        assert (meta.rank, meta.world_size, meta.compute_major) == (rank, 2, model.compute_major)
+        tally = EventTally()
+        with gzip.open(path) as f:
+            got = list(read_trace_events(f, tally))
+        assert not [r for r in got if isinstance(r, Reject)]
+        assert 200 <= tally.kept <= 5000 and tally.has_stacks
+        cats = {r[2] for r in got}
+        assert {"cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy"} <= cats
+
+
+def test_simulate_writes_traces_for_its_training_jobs(tmp_path: Path) -> None:
+    from conf import load_cluster
+
+    out = tmp_path / "sim"
+    result = simulate(load_cluster("demo"), "2026-03", 150, 4, out, profiled_share=1.0)
+    truth = pd.read_parquet(out / "truth.parquet", columns=["job_id", "workload"])
+    with (out / kineto.TRUTH_FILE).open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    traced = {p.parent.name for p in (out / "profiler").rglob("*.pt.trace.json.gz")}
+    assert rows and result.files["profiler"] == sum(1 for _ in (out / "profiler").rglob("*.gz"))
+    jobs = {r["job_id"] for r in rows}
+    assert traced == {f"job_{j}" for j in jobs}
+    assert jobs <= set(truth.loc[truth["workload"] == "dl_train", "job_id"])
+    for path in (out / "profiler").rglob("*.gz"):
+        assert job_id_in_path(str(path.relative_to(out))) in jobs
+    assert {r["label"] for r in rows} <= {*kineto.CAUSES, "healthy"}
+    again = tmp_path / "again"
+    simulate(load_cluster("demo"), "2026-03", 150, 4, again, profiled_share=1.0)
+    assert (again / kineto.TRUTH_FILE).read_bytes() == (out / kineto.TRUTH_FILE).read_bytes()
+
+
+def test_truth_has_mild_causes_and_healthy_jobs(scored) -> None:
+    _, results = scored
+    injected_mild = [r for res in results for r in res.truth if r["injected"] and r["label"] == "healthy"]
+    assert injected_mild, "some injected causes must be too mild to be a bottleneck"
+    assert sum(1 for res in results if not res.true_kinds) >= N_JOBS // 5
+
+
+# Measured on this sample (N_JOBS, SEED: see the table this test prints; docs/bottlenecks.md gives the 500-job
+# figures), minus a margin. The issue's goal (>= 0.90 everywhere, nothing on healthy jobs) is not reached for
+# communication_bound (a rank's NCCL kernel waiting for its peers counts as exposed communication),
+# straggler (synchronous training makes the ranks' step times equal), low_tensor_core (FP32 GEMMs are
+# flagged even where AMP would not shorten the step) and, at the 10 % boundary, memcpy_bound and launch_bound.
+FLOORS = {
+    "input_bound": (0.90, 0.90),
+    "memcpy_bound": (0.70, 0.90),
+    "sync_bound": (0.85, 0.85),
+    "launch_bound": (0.90, 0.70),
+    "low_tensor_core": (0.55, 0.90),
+    "communication_bound": (0.15, 0.90),
+    "straggler": (0.0, 0.0),
+}
+
+
+def test_findings_against_the_truth(scored) -> None:
+    score, _ = scored
+    print("\n" + score.table())
+    for kind, (p_min, r_min) in FLOORS.items():
+        p, r = score.precision(kind), score.recall(kind)
+        assert p is None or p >= p_min, (kind, p)
+        assert r is None or r >= r_min, (kind, r)
+    assert score.fp.get("low_occupancy", 0) == 0 and score.fp.get("idle_gpu", 0) <= 1
+    assert score.healthy_with_finding <= 0.2 * score.healthy_jobs  # measured 4 of 26
+    assert score.lines_right >= 0.95 * score.lines_checked  # measured 40 of 40
+
+
+def test_single_rank_healthy_jobs_get_only_the_known_false_finding(scored) -> None:
+    _, results = scored
+    healthy = [res for res in results if not res.true_kinds and res.model.facts.ranks == 1]
+    assert healthy
+    # FP32 GEMMs on a Tensor-Core GPU are flagged by torch-tb-profiler's rule even when AMP would not shorten
+    # the step (a host-bound loop, a GEMM-light model): the one false finding left on one-rank jobs.
+    assert {k for res in healthy for k in res.found_kinds} <= {"low_tensor_core"}
