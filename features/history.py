@@ -22,26 +22,38 @@ def history_stats(history: pd.DataFrame, values: list[str], code: np.ndarray) ->
     """Running stats per group over jobs ordered by end time: the state right after each job ended.
 
     Values are summarised on a log scale (they are positive quantities); `last2` is the mean of the last
-    two values (Tsafrir, Etsion & Feitelson 2007), `trend` the last log value minus the running log mean."""
+    two values (Tsafrir, Etsion & Feitelson 2007), `trend` the last log value minus the running log mean.
+    A job without a value (not measured: NaN) counts in `n` but not in a value's statistics: those are
+    over the group's measured jobs only (a filled-in value would drag last-2 and the quantiles down)."""
     frame = pd.DataFrame({"_code": code, "_end": history["end_ts"].to_numpy()})
     for value in values:
-        frame[value] = np.log(history[value].astype("float64").clip(lower=1e-9).to_numpy())
+        raw = history[value].astype("float64").to_numpy()
+        frame[value] = np.where(np.isfinite(raw), np.log(np.clip(raw, 1e-9, None)), np.nan)
     frame = frame.sort_values(["_code", "_end"], kind="mergesort").reset_index(drop=True)
     grouped = frame.groupby("_code", sort=False)
     out = pd.DataFrame({"_code": frame["_code"], "_end": frame["_end"]})
     out["n"] = grouped.cumcount() + 1
     for value in values:
-        col = frame[value]
-        by = col.groupby(frame["_code"], sort=False)
+        measured = frame[value].notna()
+        if not measured.any():
+            for stat in ("last", "last2", "p50", "p90", "p95", "max", "trend"):
+                out[f"{value}_{stat}"] = np.nan
+            continue
+        col, codes = frame.loc[measured, value], frame.loc[measured, "_code"]
+        by = col.groupby(codes, sort=False)
         expanding = by.expanding()
         prev = by.shift(1)
-        out[f"{value}_last"] = col
-        out[f"{value}_last2"] = np.where(prev.notna(), np.log((np.exp(col) + np.exp(prev)) / 2), col)
-        out[f"{value}_mean"] = expanding.mean().reset_index(level=0, drop=True)
+        stats = pd.DataFrame(index=col.index)
+        stats[f"{value}_last"] = col
+        stats[f"{value}_last2"] = np.where(prev.notna(), np.log((np.exp(col) + np.exp(prev)) / 2), col)
+        mean = expanding.mean().reset_index(level=0, drop=True)
         for q in (50, 90, 95):
-            out[f"{value}_p{q}"] = expanding.quantile(q / 100).reset_index(level=0, drop=True)
-        out[f"{value}_max"] = by.cummax()
-        out[f"{value}_trend"] = col - out[f"{value}_mean"]
+            stats[f"{value}_p{q}"] = expanding.quantile(q / 100).reset_index(level=0, drop=True)
+        stats[f"{value}_max"] = by.cummax()
+        stats[f"{value}_trend"] = col - mean
+        # An unmeasured job leaves the group's statistics as they were after its last measured job.
+        full = stats.reindex(frame.index)
+        out[full.columns] = full.groupby(frame["_code"], sort=False).ffill()
     # Several jobs of one group ending at the same instant: the state after the last of them.
     return out.drop_duplicates(["_code", "_end"], keep="last")
 
@@ -52,7 +64,8 @@ def with_history(
     """Queries plus `<prefix>_n`, `<prefix>_since_s` and, per value, its last/last2/p50/p90/p95/max/trend
     (log scale) over the group's jobs whose `end_ts` is strictly before the query's `submit_ts`.
 
-    `history` needs `end_ts` (no nulls), the key columns and the value columns (positive, no nulls);
+    `history` needs `end_ts` (no nulls), the key columns and the value columns (positive; NaN = not
+    measured, left out of that value's statistics);
     `queries` needs `submit_ts` and the key columns. A group with no ended job gets n = 0 and nulls."""
     hist_code, query_code = _group_codes(history, queries, keys)
     stats = history_stats(history, values, hist_code)

@@ -45,6 +45,15 @@ class HistoryIndex:
         state = self.states["us"].get((user, script_key))
         return state[0] if state else 0
 
+    def latest(self, user: str, column: str) -> object:
+        """The user's value of `column` (account, QOS) on their most recently ended job; None when the
+        snapshot has no such column (taken before it was kept) or the user no job."""
+        rows = self.rows_by_user.get(user)
+        if rows is None or column not in rows or not len(rows):
+            return None
+        value = rows.sort_values("end_ts", kind="mergesort")[column].iloc[-1]
+        return None if value is None or value is pd.NA or value != value else value  # NaN != NaN
+
     def features(self, user: str, script_key: str, submit_ts: pd.Timestamp) -> dict[str, float]:
         """The `u_*` and `us_*` history features of a query (history_feature_columns())."""
         out: dict[str, float] = {}

@@ -35,12 +35,13 @@ class TargetSpec:
 
 
 TARGETS: dict[str, TargetSpec] = {
-    # Memory and VRAM waste is GiB-seconds: (requested - recommended) x elapsed.
-    # Memory is recommended in steps of 256 MiB (`--mem=1280M`); VRAM picks a GPU or MIG slice later.
+    # Memory waste is GiB-seconds: (requested - recommended) x elapsed; recommended in steps of 256 MiB.
     "mem": TargetSpec(
         "mem", "mem_peak_bytes", "mem_req_bytes", "elapsed_s", "bytes", float(MIB), 256.0 * MIB
     ),
-    "vram": TargetSpec("vram", "vram_peak_bytes", "vram_req_bytes", "elapsed_s", "bytes", float(MIB)),
+    # VRAM per GPU: the peak is one card's, the request the card's size; the waste is (card - recommended)
+    # x elapsed x GPUs (`gpu_elapsed_s`). A GPU or MIG slice is picked from it later.
+    "vram": TargetSpec("vram", "vram_peak_bytes", "vram_req_bytes", "gpu_elapsed_s", "bytes", float(MIB)),
     # CPUs actually used = total CPU time / elapsed; waste in core-seconds. Whole CPUs are recommended.
     "cpus": TargetSpec("cpus", "cpus_used", "cpus_req", "elapsed_s", "cpus", 0.01, 1.0),
     # Runtime waste is reserved core-seconds: (time limit - recommended) x allocated CPUs; whole minutes.
@@ -52,6 +53,12 @@ TARGETS: dict[str, TargetSpec] = {
 CENSOR_BUMP = {"mem": 1.2, "vram": 1.2, "cpus": 1.0, "runtime": 1.2}
 # CPUs count as saturated (a lower bound) when the job used this share of what it had.
 CPU_SATURATED_FRAC = 0.98
+# Runs that stopped before showing what they needed (they failed, were cancelled, preempted or lost their
+# node): their elapsed time and their memory and VRAM peaks are lower bounds, censored without a bump
+# (they did not reach a limit). CPUs used is a rate over the run, not a running peak: not censored.
+TRUNCATED_STATES = frozenset({"FAILED", "CANCELLED", "PREEMPTED", "NODE_FAIL"})
+# The state whose run showed its whole need: metrics are also reported over these jobs alone.
+COMPLETED = "COMPLETED"
 
 REQUEST_NUMERIC = (
     "req_cpus_f",
@@ -59,12 +66,13 @@ REQUEST_NUMERIC = (
     "req_mem_per_cpu_log",
     "req_gpus_f",
     "timelimit_log",
-    "nodes_f",
     "ntasks_f",
     "submit_hour",
     "submit_dow",
 )
-JOB_CATEGORICAL = ("user", "account", "partition", "qos", "gpu_model")
+# Submit-time only: silver.jobs' `gpu_model` and `nodes` are what the job was allocated, so the requested
+# GPU type and node count come from the script's directives (`script_gpu_type`, `script_req_nodes`).
+JOB_CATEGORICAL = ("user", "account", "partition", "qos")
 HISTORY_GROUPS = {"u": ["user"], "us": ["user", "script_key"]}
 
 
@@ -76,7 +84,8 @@ def _log(series: pd.Series) -> pd.Series:
 def with_targets(jobs: pd.DataFrame, gpu_mem_bytes: dict[str, float]) -> pd.DataFrame:
     """Jobs plus per-target actual, request and censoring columns (`<target>_censored`, `<target>_required`).
 
-    `gpu_mem_bytes` maps GPU model names to memory per GPU (the VRAM request is GPUs x that)."""
+    `gpu_mem_bytes` maps GPU model names to memory per GPU: the VRAM request is one card's memory, compared
+    with the per-GPU peak (`gpu_mem_peak_bytes`, the largest card's), and weighed by elapsed x GPUs."""
     df = jobs.copy()
     elapsed = df["elapsed_s"].astype("float64")
     alloc_cpus = df["alloc_cpus"].astype("float64").fillna(df["req_cpus"].astype("float64"))
@@ -88,18 +97,20 @@ def with_targets(jobs: pd.DataFrame, gpu_mem_bytes: dict[str, float]) -> pd.Data
     df["vram_peak_bytes"] = df["gpu_mem_peak_bytes"].astype("float64")
     per_gpu = df["gpu_model"].map(gpu_mem_bytes).astype("float64")
     gpus = df["req_gpus"].astype("float64").fillna(df["alloc_gpus"].astype("float64"))
-    df["vram_req_bytes"] = (gpus * per_gpu).where(gpus > 0)
+    df["vram_req_bytes"] = per_gpu.where(gpus > 0)
+    df["gpu_elapsed_s"] = (elapsed * gpus).where(gpus > 0)
     df["cpus_used"] = (df["total_cpu_s"].astype("float64") / elapsed).where(elapsed > 0)
     df["cpus_req"] = df["req_cpus"].astype("float64").fillna(alloc_cpus)
     df["runtime_s"] = elapsed
     df["runtime_req_s"] = df["timelimit_s"].astype("float64")
     state = df["state"].astype(str)
-    censored = {
+    at_limit = {
         "mem": state.eq("OUT_OF_MEMORY"),
         "vram": df["vram_peak_bytes"] >= 0.98 * df["vram_req_bytes"],
         "cpus": df["cpus_used"] >= CPU_SATURATED_FRAC * alloc_cpus,
         "runtime": state.eq("TIMEOUT") | (elapsed >= df["runtime_req_s"]),
     }
+    truncated = state.isin(TRUNCATED_STATES)
     limits = {
         "mem": "mem_req_bytes",
         "vram": "vram_req_bytes",
@@ -108,12 +119,15 @@ def with_targets(jobs: pd.DataFrame, gpu_mem_bytes: dict[str, float]) -> pd.Data
     }
     for name, spec in TARGETS.items():
         actual = df[spec.actual].clip(lower=spec.floor)
-        is_censored = censored[name].fillna(False) & df[limits[name]].notna()
+        is_censored = at_limit[name].fillna(False) & df[limits[name]].notna()
         # The lower bound a censored job is known to have needed: what it had, or what it reached.
         bound = np.fmax(actual, df[limits[name]])
         df[spec.actual] = actual.where(~is_censored, bound)
-        df[f"{name}_censored"] = is_censored & df[spec.actual].notna()
-        df[f"{name}_required"] = df[spec.actual] * np.where(df[f"{name}_censored"], CENSOR_BUMP[name], 1.0)
+        # A run cut short needed at least what it reached: a lower bound, but with no limit to bump.
+        cut_short = truncated & ~is_censored & (name != "cpus")
+        df[f"{name}_censored"] = (is_censored | cut_short) & df[spec.actual].notna()
+        df[f"{name}_required"] = df[spec.actual] * np.where(is_censored, CENSOR_BUMP[name], 1.0)
+    df["is_completed"] = state.eq(COMPLETED)
     return df
 
 
@@ -188,10 +202,11 @@ def history_value_columns() -> list[str]:
 def with_history_values(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for name, spec in TARGETS.items():
-        # A job without this measurement contributes a neutral 1 (log 0); its count still matters.
-        out[f"{name}_hist"] = out[spec.actual].fillna(1.0).clip(lower=spec.floor)
+        # A job without this measurement (or request) is left out of the value's statistics
+        # (features.history); its count still matters.
+        out[f"{name}_hist"] = out[spec.actual].clip(lower=spec.floor)
         ratio = out[spec.actual] / out[spec.request]
-        out[f"{name}_ratio"] = ratio.where(ratio > 0).fillna(1.0)
+        out[f"{name}_ratio"] = ratio.where(ratio > 0)
     return out
 
 
@@ -243,8 +258,9 @@ def build_training_table(
 
 def history_snapshot_columns() -> list[str]:
     """The columns of a training table that `history_features` needs as `history` (user, script key, end
-    time, each target's actual and request): what a recommendation reads instead of silver.jobs."""
-    cols = ["user", "script_key", "end_ts"]
+    time, each target's actual and request) and the user's latest account and QOS (a query that states
+    none gets them, as its training rows had them): what a recommendation reads instead of silver.jobs."""
+    cols = ["user", "script_key", "end_ts", "account", "qos"]
     for spec in TARGETS.values():
         cols += [spec.actual, spec.request]
     return cols

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,7 +11,6 @@ import pandas as pd
 from features.table import TARGETS, TargetSpec
 from models.calibrate import (
     blockwise,
-    cap_at_request,
     capped_offset,
     round_up,
     short_at_request,
@@ -32,37 +32,53 @@ BASELINES: dict[str, tuple[tuple[str, ...], float | None]] = {
 
 @dataclass(frozen=True)
 class Baseline:
-    """A fitted baseline: history column(s) tried in order, a log-margin, and a fallback for jobs with
-    neither history nor a request (the training slice's high quantile of the need)."""
+    """A fitted baseline: history column(s) tried in order, a log-margin, a fallback for jobs with
+    neither history nor a request (the training slice's high quantile of the need), and what a job
+    without a request is at most advised (tuned baselines: the largest need seen in calibration, as the
+    model's `Predictor.cap`; +inf for the fixed rules as shipped)."""
 
     name: str
     target: str
     columns: tuple[str, ...]
     margin_log: float
     default: float
+    cap: float = math.inf
 
     def history_value(self, table: pd.DataFrame) -> np.ndarray:
-        """The raw history estimate (target unit) per row; NaN where the user has no finished job."""
-        value = pd.Series(np.nan, index=table.index)
+        """The raw history estimate (target unit) per row; NaN where the user has no finished job that
+        measured the target (history statistics are over measured jobs only: features.history). `table`
+        is a frame or a one-row table (models.train.OneRow: a rule champion answers a query too)."""
+        value = np.full(len(table), np.nan)
         for col in self.columns:
-            value = value.fillna(np.exp(table[col.format(t=self.target)]))
-        return value.to_numpy(dtype="float64")
+            found = np.exp(np.asarray(table[col.format(t=self.target)], dtype="float64"))
+            value = np.where(np.isfinite(value), value, found)
+        return value
+
+    def limit(self, request: np.ndarray) -> np.ndarray:
+        """What a recommendation may not exceed: the request, else the cap (+inf: none)."""
+        return np.where(np.isfinite(request), request, self.cap)
 
     def predict(self, table: pd.DataFrame, request_col: str) -> np.ndarray:
         """Recommendation per row: history x exp(margin) rounded up to the target's step (as the model's)
-        and capped at the request, else the request, else the default."""
-        request = table[request_col].to_numpy(dtype="float64")
-        fallback = np.where(np.isfinite(request), request, self.default)
+        and capped at the request (else at `cap`), else the request, else the default (capped too)."""
+        request = np.asarray(table[request_col], dtype="float64")
+        fallback = np.where(np.isfinite(request), request, min(self.default, self.cap))
         spec = TARGETS[self.target]
         shifted = round_up(
             np.maximum(self.history_value(table) * np.exp(self.margin_log), spec.floor), spec.step
         )
-        history = cap_at_request(shifted, request)
+        limit = self.limit(request)
+        history = np.where(np.isfinite(limit), np.minimum(shifted, limit), shifted)
         return np.where(np.isfinite(history), history, fallback)
 
     @property
     def margin_pct(self) -> float:
         return float((np.exp(self.margin_log) - 1) * 100)
+
+    @property
+    def tuned(self) -> bool:
+        """Whether its margin was calibrated to the rate (a rule that may be champion)."""
+        return BASELINES[self.name][1] is None
 
 
 def fit_baselines(
@@ -73,18 +89,22 @@ def fit_baselines(
     confidence: float | None = None,
 ) -> list[Baseline]:
     """Every baseline of BASELINES for one target; tuned margins from the calibration slice, by the same
-    conformal rule (`confidence`, each time block of the slice) as the model's."""
+    conformal rule (`confidence`, each time block of the slice) and under the same cap for jobs without a
+    request (the largest need seen in calibration) as the model's."""
     required_train = train[f"{spec.name}_required"].dropna()
     default = float(required_train.quantile(1 - rate)) if len(required_train) else spec.floor
+    need = cal[f"{spec.name}_required"].dropna()
+    cap = float(round_up(np.array(need.max()), spec.step)) if len(need) else math.inf
     fitted = []
     blocks = time_blocks(cal["submit_ts"])
     for name, (columns, margin) in BASELINES.items():
         base = Baseline(name, spec.name, columns, margin or 0.0, default)
         if margin is None:
+            base = Baseline(name, spec.name, columns, 0.0, default, cap)
             margin = blockwise(
                 lambda m, base=base: _tuned_margin(base, cal[m], spec, rate, confidence), blocks
             )
-            base = Baseline(name, spec.name, columns, margin, default)
+            base = Baseline(name, spec.name, columns, margin, default, cap)
         fitted.append(base)
     return fitted
 
@@ -105,7 +125,7 @@ def _tuned_margin(
     return capped_offset(
         required[has_history],
         history[has_history],
-        request[has_history],
+        base.limit(request)[has_history],
         rate,
         fixed_failures,
         n_total,

@@ -87,6 +87,11 @@ def cache_entries(
         ],
         ignore_index=True,
     )
+    # The fields the models were trained on: the user's latest account and QOS (as `recommend` fills them).
+    latest = history.sort_values("end_ts", kind="mergesort").groupby("user").tail(1).set_index("user")
+    for column in ("account", "qos"):
+        if column in latest:
+            rows[column] = rows["user"].map(latest[column])
     scripts = pd.DataFrame(columns=[f.name for f in fields(ScriptInfo)])
     table = with_query_features(rows, scripts, history)
     predicted = {t: p.predict(table) for t, p in champions.items() if p is not None and t in TARGETS}

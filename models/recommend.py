@@ -72,7 +72,7 @@ def query_values(
         parsed = json.loads(directives)
         job_name = parsed.get("--job-name") or parsed.get("pbs:N")
     except (ValueError, AttributeError):
-        job_name = None
+        parsed, job_name = {}, None
     cpus_per_task = getattr(info, "req_cpus_per_task", None)
     ntasks = getattr(info, "req_ntasks", None)
     req_cpus = (cpus_per_task or 1) * (ntasks or 1) if (cpus_per_task or ntasks) else None
@@ -82,13 +82,15 @@ def query_values(
         "mem_req_bytes": getattr(info, "req_mem_bytes", None),
         "cpus_req": req_cpus,
         "runtime_req_s": getattr(info, "timelimit_s", None),
-        "vram_req_bytes": gpus * per_gpu if gpus and per_gpu else None,
+        # Per GPU, as trained (features.table.with_targets): one card's memory.
+        "vram_req_bytes": per_gpu if gpus and per_gpu else None,
         "cluster": None,
         "job_id": "query",
         "user": user,
-        "account": None,
+        # The script's own; without one the caller fills in the user's latest (HistoryIndex.latest).
+        "account": parsed.get("--account") if isinstance(parsed, dict) else None,
         "partition": getattr(info, "partition", None),
-        "qos": None,
+        "qos": parsed.get("--qos") if isinstance(parsed, dict) else None,
         "job_name": job_name,
         "submit_ts": submit_ts,
         "req_cpus": req_cpus,
@@ -140,7 +142,7 @@ def assemble(
     gpu_choice = None
     if "vram" in predictions:
         gpus = int(req_gpus) if req_gpus else 1
-        gpu_choice = choose_gpu(predictions["vram"] / gpus, cluster)
+        gpu_choice = choose_gpu(predictions["vram"], cluster)  # the VRAM target is per GPU
         out["vram"] = {"recommended_bytes": predictions["vram"], "gpus": gpus, "gpu": gpu_choice}
         name = (gpu_choice or {}).get("mig_profile") or (gpu_choice or {}).get("gpu_model")
         out["vram"]["flag"] = f"--gres=gpu:{name}:{gpus}" if name else f"--gres=gpu:{gpus}"

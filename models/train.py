@@ -32,7 +32,7 @@ from models.levels import (
     met_probability,
     submit_weight,
 )
-from models.metrics import evaluate_predictions, headline
+from models.metrics import evaluate_predictions, headline, within_rate
 
 if TYPE_CHECKING:  # LightGBM (and scikit-learn behind it) take seconds to import: only fitting loads it
     import lightgbm as lgb
@@ -82,7 +82,8 @@ SPREADS = ("none", "history")
 @dataclass(frozen=True)
 class Split:
     """Time-ordered split: train jobs ended before `cal_start`; calibration submitted in
-    [cal_start, test_start); test (the newest held-out period) submitted at or after `test_start`."""
+    [cal_start, test_start) and ended before `test_start`; test (the newest held-out period) submitted at
+    or after `test_start`."""
 
     train: pd.DataFrame
     cal: pd.DataFrame
@@ -93,14 +94,18 @@ class Split:
 
 def time_split(table: pd.DataFrame, train_frac: float, cal_frac: float) -> Split:
     """Split by submit time at the given job-count fractions; training keeps only jobs whose outcome
-    was known before calibration starts (no job in training ends in the calibration period)."""
+    was known before calibration starts, calibration only jobs whose outcome was known before the test
+    period starts (no training or calibration job ends in a later slice: the margin a model would carry
+    into the test period is one it could have had then)."""
     submit = table["submit_ts"].sort_values(kind="mergesort").reset_index(drop=True)
     if len(submit) < 3:
         raise ValueError(f"need at least 3 finished jobs to split by time, got {len(submit)}")
     cal_start = submit.iloc[int(len(submit) * train_frac)]
     test_start = submit.iloc[min(int(len(submit) * (train_frac + cal_frac)), len(submit) - 1)]
     train = table[(table["submit_ts"] < cal_start) & (table["end_ts"] < cal_start)]
-    cal = table[(table["submit_ts"] >= cal_start) & (table["submit_ts"] < test_start)]
+    cal = table[
+        (table["submit_ts"] >= cal_start) & (table["submit_ts"] < test_start) & (table["end_ts"] < test_start)
+    ]
     test = table[table["submit_ts"] >= test_start]
     return Split(train, cal, test, cal_start, test_start)
 
@@ -173,6 +178,9 @@ class Predictor:
     lam: float = math.inf
     weight_default: float = 1.0
     companion: Predictor | None = None
+    # Kind "rule": a tuned baseline that beat every model candidate on the calibration slice answers
+    # instead (a rule is a legitimate champion); the other fields are the model it beat.
+    rule: Baseline | None = None
 
     def __getstate__(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if k != "_codes"}
@@ -180,11 +188,16 @@ class Predictor:
     def __setstate__(self, state: dict[str, object]) -> None:
         # Predictors pickled before spreads, rounding and levels existed: one unscaled offset.
         defaults = {"spread": "none", "fallback": math.inf, "selection": {}, "kind": "quantile"}
-        self.__dict__.update({**defaults, "lam": math.inf, "weight_default": 1.0, "companion": None, **state})
+        self.__dict__.update(
+            {**defaults, "lam": math.inf, "weight_default": 1.0, "companion": None, "rule": None, **state}
+        )
 
     @property
     def variant(self) -> str:
-        """The candidate's name in `selection` and reports: q<quantile>-<spread>, or "levels"."""
+        """The candidate's name in `selection` and reports: q<quantile>-<spread>, "levels", or
+        "rule:<baseline>"."""
+        if self.kind == "rule" and self.rule is not None:
+            return f"rule:{self.rule.name}"
         return "levels" if self.kind == "levels" else f"q{self.params.quantile}-{self.spread}"
 
     @property
@@ -254,6 +267,8 @@ class Predictor:
         if self.kind == "levels":
             return self._predict_levels(table)
         spec = TARGETS[self.target]
+        if self.kind == "rule" and self.rule is not None:
+            return self.rule.predict(table, spec.request)
         offsets = self.offset_log * self.scale(table)
         raw = self.predict_raw(table)
         request = _request(table, spec)
@@ -294,6 +309,8 @@ class Predictor:
     def margin_pct(self) -> float:
         """The pooled calibration margin in % over the raw estimate (+inf: no quantile, the request, or
         the levels kind, which has no single margin)."""
+        if self.kind == "rule" and self.rule is not None:
+            return self.rule.margin_pct
         if self.kind == "levels" or not math.isfinite(self.offset_log):
             return math.inf
         return float((math.exp(self.offset_log) - 1) * 100)
@@ -432,8 +449,8 @@ def select_variant(
     candidates: list[Predictor], cal: pd.DataFrame, spec: TargetSpec, rate: float, params: TrainParams
 ) -> Predictor:
     """The candidate to keep: each is calibrated on the whole calibration slice (in every time block) and
-    measured there, where each falls short on at most its failure budget; the one reclaiming most at that
-    same rate wins, the first candidate on ties. One scalar per candidate is fitted to the slice it is
+    measured there, where each falls short on at most its failure budget; the one reclaiming most net at
+    that same rate wins, the first candidate on ties. One scalar per candidate is fitted to the slice it is
     measured on, so the comparison is at equal rates on all the slice's jobs; the test slice is never
     looked at. (Calibrating on the older half and measuring the newer half picked by noise: on SDSC-SP2
     runtime it kept q0.95/none at +11.6 % where `levels` gave +143 %.)"""
@@ -454,6 +471,34 @@ def select_variant(
             best, best_score = candidate, score
     best.selection = tried
     return best
+
+
+def rule_or_model(
+    predictor: Predictor, baselines: list[Baseline], cal: pd.DataFrame, spec: TargetSpec, rate: float
+) -> Predictor:
+    """The kept model candidate, or — when a tuned baseline reclaims more net on the calibration slice,
+    within the rate there — that rule as the predictor (kind "rule"). Both were calibrated on that slice
+    in the same time blocks to the same budget, so they compare at equal rates; the test slice is not
+    looked at. A rule is a legitimate champion: where LightGBM loses to it, it answers."""
+    model = evaluate_predictions(cal, spec, predictor.predict(cal))
+    best, best_score = None, headline(model) if within_rate(model, rate) else -math.inf
+    tried = dict(predictor.selection)
+    for base in baselines:
+        if not base.tuned:
+            continue
+        m = evaluate_predictions(cal, spec, base.predict(cal, spec.request))
+        ok = within_rate(m, rate)
+        tried[f"rule:{base.name}"] = {
+            "under_rate": float(m["under_rate"]),
+            "headline": headline(m),
+            "within_rate": float(ok),
+        }
+        if ok and headline(m) > best_score:
+            best, best_score = base, headline(m)
+    if best is None:
+        predictor.selection = tried
+        return predictor
+    return replace(predictor, kind="rule", rule=best, companion=None, selection=tried)
 
 
 def _measure(
@@ -509,6 +554,8 @@ def train_target(table: pd.DataFrame, spec: TargetSpec, params: TrainParams, rat
         predictor = candidates[0]
         calibrate(predictor, split.cal, spec, rate, params.confidence)
     baselines = fit_baselines(split.train, split.cal, spec, rate, params.confidence)
+    if selecting and params.quantile is None and params.spread is None:  # the rules are candidates too
+        predictor = rule_or_model(predictor, baselines, split.cal, spec, rate)
     metrics = _measure(predictor, baselines, split.test, spec)
     counts = {"train": len(split.train), "cal": len(split.cal), "test": len(split.test)}
     return TargetResult(predictor, baselines, metrics, counts, split.test_start)

@@ -88,7 +88,14 @@ def test_train_evaluate_recommend_round_trip(
         "user_script_p95_tuned",
     }
     assert "cpus" in ev["missing"]
-    assert "user_script_p95_tuned" in jobfit("evaluate", "--cluster", "demo").out
+    mem_ev = ev["targets"]["mem"]
+    # The gain is stated only for a model within the rate, else null with why; net beside gross.
+    assert (mem_ev["gain_pct"] is None) == (not mem_ev["model_within_rate"] or mem_ev["gain_why"] is not None)
+    model = mem_ev["predictors"]["model"]
+    assert model["net_reclaimed_h"] == pytest.approx(model["reclaimed_h"] - model["miss_cost_h"])
+    assert model["completed"]["n"] <= model["n"] and "under_rate_weighted" in model
+    text = jobfit("evaluate", "--cluster", "demo").out
+    assert "user_script_p95_tuned" in text and "net" in text and "within the rate" in text
 
     # A script never seen before, by a user with history: an answer from the champions.
     script = tmp_path / "new.sbatch"

@@ -7,6 +7,7 @@ import argparse
 from jobs.commands import add_common
 from jobs.context import Context
 from jobs.stages.evaluate import evaluate
+from models.metrics import within_rate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Rebuild the feature table, split it by time as `jobfit train` does, and print per "
         "target the champion model and every baseline (the request; the mean of the user's last two jobs; "
         "user and user+script history quantiles with VPA's fixed or a tuned margin) on the newest slice: "
-        "under-provision rate, waste reclaimed, over-provision left, accuracy, MAE on log scale.",
+        "under-provision rate (by jobs and resource-weighted), net and gross waste reclaimed, what the "
+        "misses cost, over-provision left, the same on COMPLETED jobs alone, accuracy, MAE on log scale.",
     )
     add_common(p, cluster_required=True)
     p.set_defaults(func=run)
@@ -30,24 +32,36 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
 
 def _text(report: dict[str, object]) -> str:
     rate = float(report["rate"])  # type: ignore[arg-type]
-    lines = [f"cluster {report['cluster']}: newest held-out period, target under-provision rate {rate:.1%}"]
+    lines = [
+        f"cluster {report['cluster']}: newest held-out period, target under-provision rate {rate:.1%}; "
+        "net = reclaimed - what the under-provisioned runs lost before being killed (docs/prediction.md)"
+    ]
     for target, info in report["targets"].items():  # type: ignore[attr-defined]
         unit = "GiB-h" if target in ("mem", "vram") else "core-h"
-        gain = "n/a" if info["gain_pct"] is None else f"{info['gain_pct']:+.1f} %"
+        gain = f"n/a ({info['gain_why']})"
+        if info["gain_pct"] is not None:
+            gain = f"{info['gain_pct']:+.1f} % net"
+        model = info["predictors"]["model"]
+        within = "within the rate" if info["model_within_rate"] else "OVER the rate"
         lines.append(
             f"\n{target} (v{info['version']}, {info['rows']['test']} test jobs from {info['test_start']}); "
-            f"model vs best baseline within the rate ({info['best_baseline']}): {gain}; "
-            f"{info['predictors']['model']['n_short_at_request']} jobs needed more than they asked "
+            f"model {within}; vs best baseline within the rate ({info['best_baseline']}): {gain}; "
+            f"{model['n_short_at_request']} jobs needed more than they asked "
             "(short under any recommendation capped at the request; not in the rate)"
         )
         lines.append(
-            f"  {'predictor':22s} {'under':>7s} {'reclaimed':>12s} {'of':>12s} {'over-left':>12s} "
+            f"  {'predictor':22s} {'under':>7s} {'under(w)':>8s} {'ok':>3s} {'net':>11s} {'reclaimed':>11s} "
+            f"{'miss cost':>11s} {'of':>11s} {'over-left':>11s} {'completed: under':>16s} {'net':>11s} "
             f"{'accuracy':>8s} {'MAE(log)':>8s} {'margin':>7s}  [{unit}]"
         )
         for name, m in info["predictors"].items():
+            done = m.get("completed", {})
             lines.append(
-                f"  {name:22s} {m['under_rate']:7.2%} {m['reclaimed_h']:12.4g} {m['reclaimable_h']:12.4g} "
-                f"{m['residual_waste_h']:12.4g} {m['accuracy']:8.3f} {m['mae_log']:8.3f} "
+                f"  {name:22s} {m['under_rate']:7.2%} {m['under_rate_weighted']:8.2%} "
+                f"{'yes' if within_rate(m, rate) else 'NO':>3s} {m['net_reclaimed_h']:11.4g} "
+                f"{m['reclaimed_h']:11.4g} {m['miss_cost_h']:11.4g} {m['reclaimable_h']:11.4g} "
+                f"{m['residual_waste_h']:11.4g} {done.get('under_rate', float('nan')):16.2%} "
+                f"{done.get('net_reclaimed_h', float('nan')):11.4g} {m['accuracy']:8.3f} {m['mae_log']:8.3f} "
                 + ("    n/a" if m["margin_pct"] is None else f"{m['margin_pct']:6.0f}%")
             )
     for target, why in report["missing"].items():  # type: ignore[attr-defined]

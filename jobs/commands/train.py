@@ -80,8 +80,9 @@ def _text(report: dict[str, object]) -> str:
         lines.append(
             f"  {target:8s} v{info['version']} ({info['variant']['name']}; {state}: {info['why']}); "
             "held-out under-provision "
-            f"{model['under_rate']:.1%}, reclaimed {model['reclaimed_h']:.4g} "
-            f"of {model['reclaimable_h']:.4g} h"
+            f"{model['under_rate']:.1%} ({model['under_rate_weighted']:.1%} resource-weighted), "
+            f"net reclaimed {model['net_reclaimed_h']:.4g} (gross {model['reclaimed_h']:.4g}, misses "
+            f"{model['miss_cost_h']:.4g}) of {model['reclaimable_h']:.4g} h"
         )
     for target, why in report["skipped"].items():  # type: ignore[attr-defined]
         lines.append(f"  {target:8s} skipped: {why}")

@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from conf import Settings
-from models.metrics import beats, headline
+from models.metrics import promotion
 from models.train import Predictor, TargetResult
 
 CHAMPION = "champion"
@@ -97,7 +97,8 @@ def log_target(
 ) -> dict[str, object]:
     """Log one trained target as a run (params, metrics, feature list, model), register it as a new
     version, and move `champion` to it only when it beats the current champion on the same newest
-    held-out period. Returns what happened (version, promoted, why)."""
+    held-out period (the first version only when it holds the rate there: `models.metrics.promotion`).
+    Returns what happened (version, promoted, why)."""
     name = model_name(cluster, result.predictor.target)
     mlflow.set_experiment(f"jobfit-{cluster}")
     predictor = result.predictor
@@ -122,15 +123,7 @@ def log_target(
                 pip_requirements=["lightgbm", "scikit-learn", "pandas", "numpy"],
             )
     version = mlflow.register_model(info.model_uri, name).version
-    challenger = result.metrics["model"]
-    if champion_metrics is None:
-        promoted, why = True, "no champion yet"
-    elif beats(challenger, champion_metrics, rate):
-        promoted = True
-        why = f"challenger {headline(challenger):.4g} beats champion {headline(champion_metrics):.4g}"
-    else:
-        promoted = False
-        why = f"champion kept: {headline(champion_metrics):.4g} vs challenger {headline(challenger):.4g}"
+    promoted, why = promotion(result.metrics["model"], champion_metrics, rate)
     if promoted:
         client.set_registered_model_alias(name, CHAMPION, version)
     client.set_model_version_tag(name, version, "promotion", json.dumps({"promoted": promoted, "why": why}))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from features.table import TARGETS, build_training_table, history_snapshot_columns
 from jobs.context import Context, UsageError
 from jobs.io.prediction import gpu_memory_bytes, read_jobs, read_scripts, require_jobs
+from models.metrics import compare_to_baselines
 from models.train import TrainParams, evaluate_target, train_target
 
 
@@ -49,10 +50,11 @@ def train(ctx: Context, cluster: str, targets: Sequence[str], params: TrainParam
             "test_start": str(result.test_start),
             "variant": {
                 "name": result.predictor.variant,
-                "quantile": None if result.predictor.kind == "levels" else result.predictor.params.quantile,
-                "spread": None if result.predictor.kind == "levels" else result.predictor.spread,
+                "quantile": None if result.predictor.kind != "quantile" else result.predictor.params.quantile,
+                "spread": None if result.predictor.kind != "quantile" else result.predictor.spread,
                 "tried": result.predictor.selection,
             },
+            "comparison": compare_to_baselines(result.metrics, rate),
             "metrics": result.metrics,
         }
     report["skipped"] = skipped

@@ -67,7 +67,13 @@ def recommendation(
             "expected_saving": None,
             "code_estimate": code,
         }
-    values = query_features(query_values(info, user, submit_ts, gpu_mem_bytes), info.as_row(), history)
+    query = query_values(info, user, submit_ts, gpu_mem_bytes)
+    # The fields the models were trained on: a script that names no account or QOS runs under the user's
+    # latest (Slurm's default association), not under none.
+    for column in ("account", "qos"):
+        if query[column] is None:
+            query[column] = history.latest(user, column)
+    values = query_features(query, info.as_row(), history)
     row = OneRow(values)
     predictions: dict[str, float] = {}
     status: dict[str, dict[str, object]] = {}
