@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 JOB_COLUMNS = ["cluster", "job_id", "user", "state", "submit_ts", "end_ts", "elapsed_s", "max_rss_bytes"]
 
 
-def _ingest(warehouse: Path, *paths: Path) -> subprocess.Popen[str]:
+def _ingest(warehouse: Path, *paths: Path, source: str = "sacct") -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")}
     env["JOBFIT_WAREHOUSE"] = str(warehouse)
-    cmd = [sys.executable, "-m", "jobs.cli", "-q", "ingest", "sacct", *map(str, paths), "--cluster", "demo"]
+    cmd = [sys.executable, "-m", "jobs.cli", "-q", "ingest", source, *map(str, paths), "--cluster", "demo"]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -59,3 +59,36 @@ def test_two_ingests_at_once_lose_and_double_nothing(
         assert table(together, name) == table(warehouse, name), name
     jobs = spark.read.format("delta").load(str(together / "silver/jobs"))
     assert jobs.groupBy("cluster", "job_id").count().where(F.col("count") > 1).count() == 0
+
+
+def test_the_same_dcgm_file_twice_at_once_lands_once(
+    spark: SparkSession, tmp_path: Path, real_data: Path
+) -> None:
+    """Both runs find the file not yet in bronze (each checks before either writes); its lines must still
+    land once: bronze is written by an insert-only MERGE on (cluster, file_sha256, line_no), so the later
+    commit conflicts, is retried and finds the lines there."""
+    scrape = tmp_path / "r6i3n0-1700000000.prom"
+    scrape.write_bytes(
+        (real_data / "telemetry" / "dcgm-exporter_scrape_V100__NVIDIA_dcgm-exporter_250.prom").read_bytes()
+    )
+    together = tmp_path / "together"
+    runs = [_ingest(together, scrape, source="dcgm") for _ in range(2)]
+    try:
+        for run in runs:
+            _, err = run.communicate(timeout=600)
+            assert run.returncode == 0, err[-3000:]
+            assert "Traceback" not in err
+    finally:
+        for run in runs:
+            run.kill()  # no-op once finished; a timed-out run is not left behind
+
+    def table(name: str):
+        return spark.read.format("delta").load(str(together / name))
+
+    bronze = table("bronze/gpu_samples")
+    assert bronze.count() == len(scrape.read_text().splitlines())
+    assert bronze.groupBy("cluster", "file_sha256", "line_no").count().where(F.col("count") > 1).count() == 0
+    key = ["cluster", "host", "device", "ts", "label_job"]
+    samples = table("silver/gpu_samples")
+    assert samples.count() > 0
+    assert samples.groupBy(*key).count().where(F.col("count") > 1).count() == 0

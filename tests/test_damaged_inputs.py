@@ -179,3 +179,160 @@ def test_encodings_and_line_ends_read_the_same_records(
     for variant in files:
         assert rows[variant] == rows["clean"], variant
         assert [reports[variant][c] for c in counts] == [reports["clean"][c] for c in counts], variant
+
+
+def _pod_line(name: str, phase: str = "Succeeded") -> str:
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+        "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "main"}]},
+        "status": {"phase": phase},
+    }
+    return json.dumps(pod)
+
+
+@pytest.mark.slow
+def test_k8s_damaged_lines_quarantined_and_the_rest_kept(jobfit, tmp_path: Path) -> None:
+    # A BOM before the first pod, NUL bytes inside a record, a byte that is not UTF-8 (kept: it becomes
+    # U+FFFD inside a string), and a last line cut short.
+    cut = _pod_line("cut")
+    data = (
+        b"\xef\xbb\xbf"
+        + _pod_line("bom").encode()
+        + b"\r\n"
+        + _pod_line("nul").replace('"ml"', '"m\x00l"').encode().replace(b"\\u0000", b"\x00")
+        + b"\r\n"
+        + _pod_line("latin1").replace("gpu-node-1", "gpu-n\xf6de").encode("latin-1")
+        + b"\n"
+        + cut[: len(cut) // 2].encode()
+    )
+    pods = tmp_path / "in" / "pods.jsonl"
+    pods.parent.mkdir()
+    pods.write_bytes(data)
+    utf16 = tmp_path / "in16" / "pods.jsonl"
+    utf16.parent.mkdir()
+    utf16.write_bytes((_pod_line("wide") + "\n").encode("utf-16"))
+    result = jobfit("ingest", "k8s", str(pods), str(utf16), "--cluster", "demo", "--json")
+    assert result.code == 0, result.err
+    _no_trace(result.err)
+    report = json.loads(result.out)
+    assert (report["read"], report["inserted"], report["quarantined"]) == (5, 3, 2), report
+    jobs = json.loads(jobfit("sql", "SELECT job_id FROM silver.jobs ORDER BY job_id", "--json").out)
+    assert [r["job_id"] for r in jobs["rows"]] == ["ml/bom", "ml/latin1", "ml/wide"]
+    reasons = json.loads(
+        jobfit("sql", "SELECT line_no, reason FROM quarantine ORDER BY line_no", "--json").out
+    )
+    assert [r["line_no"] for r in reasons["rows"]] == [2, 4]
+    assert all(r["reason"].startswith("not JSON") for r in reasons["rows"]), reasons
+
+
+@pytest.mark.slow
+def test_scripts_damaged_files_read_as_text(jobfit, tmp_path: Path) -> None:
+    rule = "-" * 80
+    batch = (
+        f"Batch Script for 301\r\n{rule}\r\n#!/bin/bash\r\n#SBATCH -n 4\r\nsrun a\x00b\r\n\r\n"
+        f"Batch Script for 302\r\n{rule}\r\n#!/bin/bash\r\n#SBATCH -n 2\r\nsrun hostn"  # cut short
+    )
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "sacct.txt").write_bytes(b"\xef\xbb\xbf" + batch.encode())
+    (folder / "303.sh").write_bytes("#!/bin/bash\n#SBATCH -n 8\n# caf\xe9\nsrun x\n".encode("latin-1"))
+    (folder / "304.sh").write_bytes("#!/bin/bash\n#SBATCH -n 16\nsrun y\n".encode("utf-16"))
+    (folder / "305.sh").write_bytes(b"\x00" * 64)  # a file preallocated and never written
+    result = jobfit("ingest", "scripts", str(folder), "--cluster", "demo", "--json")
+    assert result.code == 0, result.err
+    _no_trace(result.err)
+    report = json.loads(result.out)
+    assert report["read"] == 5, report
+    accounted = sum(report[k] for k in ("inserted", "updated", "unchanged", "superseded", "quarantined"))
+    assert accounted == report["read"], report
+    rows = json.loads(
+        jobfit(
+            "sql",
+            "SELECT l.job_id, s.req_ntasks AS n FROM silver.job_scripts l "
+            "JOIN silver.scripts s USING (cluster, script_hash) ORDER BY l.job_id",
+            "--json",
+        ).out
+    )["rows"]
+    assert {r["job_id"]: r["n"] for r in rows if r["job_id"] != "305"} == {
+        "301": 4,
+        "302": 2,
+        "303": 8,
+        "304": 16,
+    }
+
+
+@pytest.mark.slow
+def test_logs_damaged_files_keep_their_tails(jobfit, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    files = {
+        "401.err": b"step 1\nstep 2\x00\x00\x00\nRuntimeError: CUDA out of mem",  # NULs, cut short
+        "402.out": b"\xef\xbb\xbfepoch 1\r\nepoch 2\r\nloss \xff\xfe nan\r\n",  # BOM, CRLF, not UTF-8
+        "403.log": "Traceback (most recent call last):\nValueError: bad\n".encode("utf-16"),
+        "404.err": b"\x00" * 4096,  # a log preallocated and never written (a node that died)
+    }
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    result = jobfit("ingest", "logs", str(folder), "--cluster", "demo", "--json")
+    assert result.code == 0, result.err
+    _no_trace(result.err)
+    report = json.loads(result.out)
+    assert (report["read"], report["inserted"], report["quarantined"]) == (4, 4, 0), report
+    tails = json.loads(
+        jobfit("sql", "SELECT job_id, tail_text FROM silver.job_logs ORDER BY job_id", "--json").out
+    )["rows"]
+    by_job = {r["job_id"]: r["tail_text"] for r in tails}
+    assert by_job["401"].endswith("RuntimeError: CUDA out of mem")
+    assert by_job["402"].startswith("epoch 1\nepoch 2\nloss ")
+    assert by_job["403"] == "Traceback (most recent call last):\nValueError: bad"
+
+
+def _parquet_archive(path: Path, host: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    labels = pa.array(
+        [[("gpu", "0"), ("UUID", f"GPU-{host}"), ("Hostname", host)]] * 3,
+        type=pa.map_(pa.string(), pa.string()),
+    )
+    table = pa.table(
+        {
+            "timestamp": pa.array(
+                [1_700_000_000_000_000 + i * 10**7 for i in range(3)], type=pa.timestamp("us")
+            ),
+            "metric": ["DCGM_FI_DEV_GPU_UTIL"] * 3,
+            "labels": labels,
+            "value": [10.0, 20.0, 30.0],
+        }
+    )
+    pq.write_table(table, path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "footer", "page", "not parquet after the magic"])
+def test_corrupt_parquet_archive_is_one_line_exit_2(jobfit, tmp_path: Path, damage: str) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _parquet_archive(folder / "a-good.parquet", "g001")
+    _parquet_archive(tmp_path / "whole.parquet", "g002")
+    data = (tmp_path / "whole.parquet").read_bytes()
+    bad = folder / "b-bad.parquet"
+    if damage == "truncated":  # a copy cut short: no footer
+        bad.write_bytes(data[: len(data) // 2])
+    elif damage == "footer":  # the footer's metadata overwritten
+        bad.write_bytes(data[:-60] + b"\xff" * 52 + data[-8:])
+    elif damage == "page":  # footer intact, the first page header damaged: only reading the data tells
+        bad.write_bytes(data[:4] + bytes(b ^ 0x5A for b in data[4:40]) + data[40:])
+    else:
+        bad.write_bytes(b"PAR1" + b"\x00garbage" * 40 + b"PAR1")
+    for source in ("dcgm", "k8s-metrics"):
+        result = jobfit("ingest", source, str(folder), "--cluster", "demo", "--json")
+        _no_trace(result.err)
+        assert result.code == 2, (source, result.err)
+        errors = [ln for ln in result.err.splitlines() if ln.startswith("jobfit:")]
+        assert len(errors) == 1 and str(bad) in errors[0] and "Parquet" in errors[0], errors
+    # Nothing of the run landed: the good archive is read in full once the bad one is left out.
+    bad.unlink()
+    again = jobfit("ingest", "dcgm", str(folder), "--cluster", "demo", "--json")
+    assert again.code == 0, again.err
+    assert json.loads(again.out)["inserted"] == 3

@@ -70,6 +70,23 @@ def _pod(status: dict, resources: dict | None = None, name: str = "train-0", **s
     }
 
 
+@pytest.mark.parametrize(
+    ("status", "resources"),
+    [
+        ({"phase": "Failed", "containerStatuses": 7}, None),  # a number where a list belongs
+        ({"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": "1"}}}]}, None),
+        ({"phase": ["Running"]}, None),
+        ({"phase": "Running"}, {"limits": 2.5}),
+        ({"phase": "Running"}, {"requests": {"memory": "1e30"}}),  # parses; no bigint holds it
+        ({"phase": "Running"}, {"requests": {"cpu": "1e12"}}),
+    ],
+)
+def test_wrong_typed_or_huge_fields_are_value_errors(status: dict, resources: dict | None) -> None:
+    # Damaged or hand-made pod JSON must be quarantined with a reason, not crash the ingest.
+    with pytest.raises(ValueError):
+        parse_pod(_pod(status, resources))
+
+
 def _real_oom_exit1_status(real_data: Path) -> dict:
     text = (real_data / "samples" / "k8s-pod-status-oomkilled-exit1.txt").read_text()
     return json.loads(next(line for line in text.splitlines() if line.startswith('{"conditions"')))

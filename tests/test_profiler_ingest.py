@@ -72,6 +72,7 @@ def test_per_rank_folder_with_job_then_reingest_adds_nothing(
     for f in d["findings"]:
         assert set(f) == {
             "kind",
+            "source",
             "rank",
             "share_pct",
             "evidence",

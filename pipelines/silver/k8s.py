@@ -175,9 +175,29 @@ def _require(obj: dict, path: str) -> Any:
     return cur
 
 
+_INT_BITS = {
+    f.name: {"int": 32, "bigint": 64}[f.dataType.simpleString()]
+    for f in SILVER_JOBS.schema.fields
+    if f.dataType.simpleString() in ("int", "bigint")
+}
+
+
 def parse_pod(pod: dict) -> dict[str, Any]:
     """One Pod object as a silver.jobs row (cluster, source_file, line_no, ingested_at None: the caller's).
     Raises ValueError naming the missing or malformed field."""
+    try:
+        row = _parse_pod(pod)
+    except (TypeError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+        # A field of the wrong JSON type (a number where an object belongs, a list for a string...).
+        raise ValueError(f"malformed pod: a field has the wrong type ({type(exc).__name__}: {exc})") from None
+    for column, value in row.items():  # `memory: 1e30` or `cpu: 1e12` parse; their column cannot hold them
+        bits = _INT_BITS.get(column)
+        if bits and isinstance(value, int) and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            raise ValueError(f"{column} {value} is out of range")
+    return row
+
+
+def _parse_pod(pod: dict) -> dict[str, Any]:
     if not isinstance(pod, dict):
         raise ValueError("not a JSON object")
     kind = pod.get("kind")

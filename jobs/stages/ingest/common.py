@@ -21,11 +21,12 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
-from jobs.io.tables import MergeCounts, append_rows, merge_into, read_table
+from jobs.io.tables import MergeCounts, merge_into, read_table, sql_string
 from jobs.io.validate import validate
 from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE, SILVER_JOBS
 
 GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
 # Spark reads a file whole (one string per file) to number its lines; a JVM string stops short of 2 GiB.
 SPARK_WHOLE_FILE_MAX_BYTES = 1 << 30
 _CHUNK = 1 << 20
@@ -191,7 +192,25 @@ def scan_input(path: str) -> InputRef:
         and size < SPARK_WHOLE_FILE_MAX_BYTES
         and not HADOOP_UNSAFE.intersection(str(p.resolve()))
     )
+    if not is_gzip and head[:4] == PARQUET_MAGIC and (damage := parquet_damage(p)):
+        raise UsageError(f"{path}: not a readable Parquet file ({damage})")
     return InputRef(str(p), digest.hexdigest(), _first_content_line(head), head[:4], readable)
+
+
+def parquet_damage(path: Path) -> str | None:
+    """Why a file that starts like Parquet cannot be read as one (a copy cut short, a damaged footer or
+    page), or None. Decoded batch by batch on the driver before anything is written, so that Spark never
+    meets it: its executor would log a Java stack trace on the terminal."""
+    import pyarrow.parquet as pq
+
+    try:
+        with pq.ParquetFile(path) as archive:
+            for _ in archive.iter_batches(batch_size=65536):
+                pass
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSError
+        text = "".join(c if c.isprintable() else " " for c in str(exc))  # thrift prints raw type bytes
+        return " ".join(text.split()) or type(exc).__name__
+    return None
 
 
 def scan_inputs(paths: Iterable[str]) -> list[InputRef]:
@@ -257,9 +276,23 @@ def known_files(ctx: Context, source: str, cluster: str) -> set[str]:
     return {r["file_sha256"] for r in rows}
 
 
-def append_bronze(ctx: Context, source: str, lines: DataFrame) -> int:
-    """Append the lines of files not yet in bronze.<source> (the caller skips known files); the row count."""
-    return append_rows(ctx.spark, ctx.settings, f"bronze.{source}", lines)
+def append_bronze(ctx: Context, source: str, lines: DataFrame, hashes: Iterable[str] | None = None) -> int:
+    """Land the lines of files not yet in bronze.<source> (the caller skips known files); the rows added.
+
+    An insert-only MERGE on (cluster, file_sha256, line_no), not a blind append: two runs given the same
+    file at once both find it unknown, and two appends would both commit; the later MERGE conflicts with
+    the earlier commit, is retried, and finds the lines there. `hashes` (the inputs' file_sha256) bound
+    the target files Delta reads; without them they are collected from `lines`."""
+    if hashes is None:
+        hashes = [r["file_sha256"] for r in lines.select("file_sha256").distinct().collect()]
+    hashes = sorted(set(hashes))
+    if not hashes:
+        return 0
+    scope = f"t.file_sha256 IN ({', '.join(sql_string(h) for h in hashes)})"
+    counts = merge_into(
+        ctx.spark, ctx.settings, f"bronze.{source}", lines, insert_only=True, target_filter=scope
+    )
+    return counts.inserted
 
 
 def read_inputs(paths: Iterable[str]) -> list[SourceFile]:

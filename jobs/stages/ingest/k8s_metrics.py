@@ -119,7 +119,11 @@ def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
     report.tables["metrics not kept (lines)"] = dict(sorted(not_kept.items()))
     ctx.progress(f"k8s-metrics: {kept_lines} metric line(s) kept, {report.quarantined} quarantined")
     rows = _with_stored_values(ctx, pod_samples(checked), cluster).persist(StorageLevel.MEMORY_AND_DISK)
-    report.superseded = int(rows.agg(F.sum("superseded_lines")).first()[0] or 0)
+    summary = rows.agg(F.count("*").alias("samples"), F.sum("superseded_lines").alias("superseded")).first()
+    report.superseded = int(summary["superseded"] or 0)
+    # A sample's CPU and memory come on two lines: the sample counts once, its other line is folded into it.
+    folded = kept_lines - report.superseded - summary["samples"]
+    report.tables["lines folded into samples"] = {"lines": folded}
     valid = validate(rows, SILVER_POD_SAMPLES.name, SOURCE)
     rejects = rejects_of(checked)
     if valid.rejected:
@@ -135,7 +139,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
         _write_usage(ctx, cluster, pods, report)
     if report.quarantined:
         report.add("quarantine", write_quarantine(ctx, rejects))
-    appended = append_bronze(ctx, BRONZE, lines)
+    appended = append_bronze(ctx, BRONZE, lines, hashes=[r.sha256 for r in fresh])
     report.tables[f"bronze.{BRONZE}"] = {"inserted": appended, "updated": 0, "unchanged": 0}
     checked.unpersist()
     rows.unpersist()

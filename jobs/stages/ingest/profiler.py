@@ -241,6 +241,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
             scanned = scan_trace(path, name)
             if scanned.error is not None:
                 ctx.progress(f"profiler: {name}: {scanned.error}; quarantined")
+                report.read += 1  # the file is the record read, and quarantined whole
                 quarantine.append((cluster, "profiler", name, 0, scanned.head, scanned.error, now))
                 continue
             if scanned.sha256 in known:

@@ -178,7 +178,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, sources: str | None = 
                 rejects.append({"source_file": f.name, "line_no": line_no, "raw": text, "reason": reason})
                 continue
             info = parse_script(text)
-            if info.script_hash in scripts or (job_id and job_id in links):
+            if info.script_hash in scripts:  # a text seen twice is one silver.scripts row
                 report.superseded += 1
             scripts[info.script_hash] = {**info.as_row(), "cluster": cluster, "ingested_at": now}
             if job_id:
@@ -222,8 +222,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, sources: str | None = 
             frame,
             update_when="t.script_hash <> s.script_hash",
         )
-        report.add(SILVER_JOB_SCRIPTS.name, counts)
-        report.updated = counts.updated
+        report.add(SILVER_JOB_SCRIPTS.name, counts)  # links whose hash changed: its `updated`
         linked = link_jobs(ctx, cluster)
         ctx.progress(f"scripts: script_hash set on {linked} silver.jobs row(s)")
         report.tables[SILVER_JOBS.name] = {"script_hash_set": linked}
