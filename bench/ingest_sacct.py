@@ -1,7 +1,10 @@
 """Benchmark `jobfit ingest sacct` end to end against a bare `pandas.read_csv(sep='|')` of the same file.
 
 Generates N sacct --parsable2 lines (jobs with their .batch/.extern/.0 steps, arrays, per-CPU and per-node
-ReqMem, every duration form), then times both in the same run and prints lines/second and the ratio.
+ReqMem, every duration form), then times both in the same run and prints lines/second and the ratio, the
+ingest's seconds per phase (the `phases_s` of its --json report; "process start" is the rest: Python
+start-up and imports) and the peak RSS of the driver's Python process and of its JVM (VmHWM, polled).
+The machine's load average is printed beside the figures: on a shared machine only the ratio means much.
 
     .venv/bin/python bench/ingest_sacct.py             # 1,000,000 lines
     .venv/bin/python bench/ingest_sacct.py --lines 20000
@@ -16,11 +19,13 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
+import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = (
@@ -102,11 +107,56 @@ def time_pandas(path: Path) -> float:
     return elapsed
 
 
-def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict]:
-    """Seconds for `jobfit ingest sacct` as a fresh process (Spark start-up included), and its report."""
+def _peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident set so far (Linux VmHWM), 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class PeakRss:
+    """Polls a process tree's peak RSS: the root (the driver's Python) and its JVM descendants."""
+
+    def __init__(self, pid: int, every_s: float = 0.2) -> None:
+        self.python_bytes = 0
+        self.jvm_bytes = 0
+        self._pid, self._every_s = pid, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        root = psutil.Process(self._pid)
+        while not self._stop.is_set():
+            self.python_bytes = max(self.python_bytes, _peak_rss_bytes(self._pid))
+            try:
+                children = root.children(recursive=True)
+            except psutil.Error:
+                children = []
+            for child in children:
+                try:
+                    if child.name() == "java":
+                        self.jvm_bytes = max(self.jvm_bytes, _peak_rss_bytes(child.pid))
+                except psutil.Error:
+                    continue
+            self._stop.wait(self._every_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict, PeakRss]:
+    """Seconds for `jobfit ingest sacct` as a fresh process (Spark start-up included), its report and its
+    peak RSS."""
     env = {**os.environ, "JOBFIT_WAREHOUSE": str(warehouse)}
     started = time.perf_counter()
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [
             str(REPO / ".venv" / "bin" / "jobfit"),
             "-q",
@@ -119,14 +169,22 @@ def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict]:
         ],
         cwd=REPO,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
     )
+    rss = PeakRss(proc.pid)
+    out, err = proc.communicate()
     elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"jobfit failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    return elapsed, json.loads(done.stdout)
+    rss.stop()
+    if proc.returncode != 0:
+        sys.exit(f"jobfit failed ({proc.returncode}): {err.strip()[-2000:]}")
+    return elapsed, json.loads(out), rss
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages, as uptime prints them."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -139,13 +197,28 @@ def main() -> None:
         path = Path(tmp) / "sacct.txt"
         lines = generate(path, args.lines)
         size_mb = path.stat().st_size / 1e6
-        print(f"generated {lines:,} lines ({size_mb:.0f} MB)")
+        print(f"generated {lines:,} lines ({size_mb:.0f} MB); load average {load()}")
         pandas_s = time_pandas(path)
-        jobfit_s, report = time_jobfit(path, Path(tmp) / "warehouse")
+        jobfit_s, report, rss = time_jobfit(path, Path(tmp) / "warehouse")
+        pandas_after_s = time_pandas(path)  # again after: the load may have changed during the ingest
         assert report["read"] == lines, report
-        print(f"pandas.read_csv(sep='|'): {pandas_s:8.1f} s  {lines / pandas_s:12,.0f} lines/s")
+        print(
+            f"pandas.read_csv(sep='|'): {pandas_s:8.1f} s  {lines / pandas_s:12,.0f} lines/s"
+            f"  (after the ingest: {pandas_after_s:.1f} s)"
+        )
         print(f"jobfit ingest sacct:      {jobfit_s:8.1f} s  {lines / jobfit_s:12,.0f} lines/s")
-        print(f"ratio (jobfit / pandas time): {jobfit_s / pandas_s:.1f}x")
+        bare_s = (pandas_s + pandas_after_s) / 2
+        print(f"ratio (jobfit / pandas time, mean of the two reads): {jobfit_s / bare_s:.1f}x")
+        phases = report.get("phases_s", {})
+        print("phases (s, × bare read):")
+        rows = [("process start", jobfit_s - sum(phases.values())), *phases.items()]
+        for name, seconds in rows:
+            print(f"  {name:<14} {seconds:8.1f}  {seconds / bare_s:6.1f}x")
+        mib = 2**20
+        print(
+            f"peak RSS: driver Python {rss.python_bytes / mib:,.0f} MiB, JVM {rss.jvm_bytes / mib:,.0f} MiB"
+        )
+        print(f"load average after: {load()}")
         print(
             f"report: inserted {report['inserted']:,}, quarantined {report['quarantined']:,}, "
             f"skipped {report['skipped']:,}, superseded {report['superseded']:,}"

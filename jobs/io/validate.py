@@ -12,8 +12,9 @@ import logging
 from dataclasses import dataclass, field
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from jobs.context import DataError
 
@@ -113,3 +114,150 @@ def _empty_rejects(df: DataFrame, source: str) -> DataFrame:
         "raw",
         F.lit("").alias("reason"),
     )
+
+
+# ---- the same suites, computed in Spark ----------------------------------------------------------------
+# A million-row batch costs more to cross to pandas than the rest of an ingest. `validate_in_spark` compiles
+# a suite's expectations (the kinds below, with GX's pandas semantics) to Spark predicates, computes every
+# row's verdict and the counts in Spark, and runs GX itself on a sample of the batch (its flagged rows and
+# its first rows), raising if GX and the compiled predicates disagree on any sampled row.
+SAMPLE_ROWS = 1000
+SAMPLE_FLAGGED_ROWS = 200
+_UNIQUE = "expect_compound_columns_to_be_unique"
+_SPARK_KINDS = frozenset(
+    {
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_between",
+        "expect_column_values_to_be_in_set",
+        "expect_column_pair_values_a_to_be_greater_than_b",
+        _UNIQUE,
+    }
+)
+
+
+def _missing(df: DataFrame, column: str) -> Column:
+    """Missing as pandas sees it: null, or NaN in a floating column."""
+    col = F.col(column)
+    if isinstance(df.schema[column].dataType, T.FloatType | T.DoubleType):
+        return col.isNull() | F.isnan(col)
+    return col.isNull()
+
+
+def _fails(df: DataFrame, kind: str, kwargs: dict) -> Column:
+    """True where a row fails one row-wise expectation; missing values are not checked by `between`, `in
+    set` and the ordered pair (GX's default)."""
+    if kind == "expect_column_values_to_not_be_null":
+        return _missing(df, kwargs["column"])
+    if kind == "expect_column_values_to_be_between":
+        col, lo, hi = F.col(kwargs["column"]), kwargs.get("min_value"), kwargs.get("max_value")
+        outside = F.lit(False)
+        if lo is not None:
+            outside = outside | (col < F.lit(lo))
+        if hi is not None:
+            outside = outside | (col > F.lit(hi))
+        return ~_missing(df, kwargs["column"]) & outside
+    if kind == "expect_column_values_to_be_in_set":
+        return ~_missing(df, kwargs["column"]) & ~F.col(kwargs["column"]).isin(*kwargs["value_set"])
+    if kind == "expect_column_pair_values_a_to_be_greater_than_b":
+        a, b = F.col(kwargs["column_A"]), F.col(kwargs["column_B"])
+        ordered = (a >= b) if kwargs.get("or_equal") else (a > b)
+        present = ~_missing(df, kwargs["column_A"]) & ~_missing(df, kwargs["column_B"])
+        return present & ~ordered
+    raise ValueError(f"no Spark form for {kind}")
+
+
+def _duplicate_rows(df: DataFrame, columns: list[str]) -> int:
+    """Rows whose combination of `columns` occurs more than once (rows with all of them null ignored)."""
+    present = F.lit(False)
+    for c in columns:
+        present = present | F.col(c).isNotNull()
+    dups = df.where(present).groupBy(*columns).count().where(F.col("count") > 1)
+    return int(dups.agg(F.coalesce(F.sum("count"), F.lit(0))).first()[0])
+
+
+def validate_in_spark(df: DataFrame, table: str, source: str) -> Validation:
+    """`validate` with every row's verdict computed in Spark: the same valid rows, quarantine records and
+    reasons, counts and DataErrors, with Great Expectations run on a sample (see SAMPLE_ROWS). `df` should
+    be persisted (it is read a few times). A suite with an expectation of another kind goes to `validate`."""
+    from pipelines.silver.expectations import MAX_REJECT_SHARE, ROW, TABLE, describe, suite_for
+
+    suite = suite_for(table)
+    configs = [
+        (e.configuration.type, dict(e.configuration.kwargs), (e.meta or {}).get("level", TABLE))
+        for e in suite.expectations
+    ]
+    if any(kind not in _SPARK_KINDS for kind, _, _ in configs):
+        return validate(df, table, source)
+    checks = [
+        (describe(kind, kwargs), level, _fails(df, kind, kwargs))
+        for kind, kwargs, level in configs
+        if kind != _UNIQUE
+    ]
+    row_level = [(name, fails) for name, level, fails in checks if level == ROW]
+    reason = F.concat_ws(
+        "; ", *[F.when(fails, F.lit(f"failed expectation: {name}")) for name, fails in row_level]
+    )
+    flagged = F.lit(False)
+    for _, fails in row_level:
+        flagged = flagged | fails
+    counted = df.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(flagged.cast("int")).alias("flagged"),
+        *[F.sum(fails.cast("int")).alias(f"c{i}") for i, (_, _, fails) in enumerate(checks)],
+    ).first()
+    rows, rejected = int(counted["rows"]), int(counted["flagged"] or 0)
+    counts = {name: int(counted[f"c{i}"] or 0) for i, (name, _, _) in enumerate(checks)}
+
+    table_failures = []
+    for kind, kwargs, level in configs:  # in the suite's order, as `validate` reports them
+        name = describe(kind, kwargs)
+        if kind == _UNIQUE:
+            failing = _duplicate_rows(df, list(kwargs["column_list"])) if rows else 0
+        else:
+            failing = counts[name]
+        if failing and level != ROW:
+            table_failures.append(f"{name} ({failing} rows)")
+    if rows and rejected / rows > MAX_REJECT_SHARE:
+        table_failures.append(f"{rejected} of {rows} rows failed row-level expectations")
+    if table_failures:
+        raise DataError(f"{table}: " + "; ".join(table_failures))
+    if rows:
+        _check_sample(df, table, [(name, fails) for name, _, fails in checks], flagged)
+    failures = {name: counts[name] for name, _ in row_level if counts[name]}
+    if not rejected:
+        return Validation(df, _empty_rejects(df, source), rows, 0, failures)
+    judged = df.withColumn("_reason", reason)
+    valid = judged.where(~flagged).drop("_reason")
+    rejects = judged.where(flagged).select(
+        "cluster",
+        F.lit(source).alias("source"),
+        "source_file",
+        "line_no",
+        "raw",
+        F.col("_reason").alias("reason"),
+    )
+    return Validation(valid, rejects, rows, rejected, failures)
+
+
+def _check_sample(df: DataFrame, table: str, checks: list[tuple[str, Column]], flagged: Column) -> None:
+    """Run the GX suite on the batch's flagged rows (up to SAMPLE_FLAGGED_ROWS) and first rows (up to
+    SAMPLE_ROWS); raise when GX flags a different set of sampled rows than a compiled predicate does."""
+    from pipelines.silver.expectations import expectation_columns, suite_for
+
+    columns = list(dict.fromkeys([*expectation_columns(suite_for(table)), *ID_COLUMNS]))
+    verdicts = [fails.alias(f"_f{i}") for i, (_, fails) in enumerate(checks)]
+    sample = (
+        df.where(flagged)
+        .limit(SAMPLE_FLAGGED_ROWS)
+        .unionByName(df.where(~flagged).limit(SAMPLE_ROWS))
+        .select(*columns, *verdicts)
+        .toPandas()
+    )
+    by_gx = {name: set(positions) for _, name, positions, _ in run_suite(table, sample[columns])}
+    for i, (name, _) in enumerate(checks):
+        by_spark = set(sample.index[sample[f"_f{i}"].fillna(False).astype(bool)])
+        if by_spark != by_gx.get(name, set()):
+            raise RuntimeError(
+                f"{table}: the Spark form of '{name}' disagrees with Great Expectations on "
+                f"{len(by_spark ^ by_gx.get(name, set()))} of {len(sample)} sampled rows"
+            )

@@ -14,6 +14,7 @@ silver.jobstats (`pipelines.silver.jobstats`); a summary that does not decode go
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from pyspark.sql import functions as F
 
 from jobs.context import Context, DataError, UsageError
 from jobs.io.tables import MergeCounts, conform, merge_into, read_table, table_exists
-from jobs.io.validate import validate
+from jobs.io.validate import validate_in_spark
 from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
 from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS, SILVER_JOBSTATS, TableSpec
 from pipelines.silver import jobstats, sacct
@@ -45,6 +46,8 @@ class SacctReport(IngestReport):
     # AdminComment jobstats summaries of the batch's job records: decoded, quarantined (not lines: a job
     # whose summary is quarantined still counts as its silver.jobs row).
     jobstats: dict[str, int] = field(default_factory=lambda: {"decoded": 0, "quarantined": 0})
+    # Wall seconds per phase of the run (PHASES, in order), for bench/ingest_sacct.py; not a count.
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     def text(self) -> str:
         return (
@@ -53,6 +56,33 @@ class SacctReport(IngestReport):
             + f"\n  jobstats summaries (AdminComment JS1): {self.jobstats['decoded']} decoded, "
             + f"{self.jobstats['quarantined']} quarantined"
         )
+
+
+PHASES = (
+    "read",  # the files into a frame of lines
+    "spark_start",
+    "bronze_write",
+    "parse",  # lines to typed columns
+    "dedup",  # the newest record per key within the batch
+    "validate",  # Great Expectations
+    "jobstats",  # AdminComment summaries decoded
+    "quarantine",
+    "silver_merge",
+)
+
+
+class _PhaseClock:
+    """Wall seconds per phase: `lap(name)` charges the time since the previous lap to `name`. Spark is
+    lazy, so each phase ends on an action (a count, a collect, a write) that does its work."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self._into = into
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self._into[name] = round(self._into.get(name, 0.0) + now - self._last, 3)
+        self._last = now
 
 
 def _layouts(files, fmt: tuple[str, ...] | None) -> dict[str, sacct.Layout]:
@@ -125,34 +155,50 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
         fmt = sacct.split_format(fmt) if fmt else None
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    phases: dict[str, float] = {}
+    clock = _PhaseClock(phases)
     files = read_inputs(paths)
     layouts = _layouts(files, fmt)
     report = SacctReport(
         source=SOURCE, cluster=cluster, files=len(files), read=sum(len(f.lines) for f in files)
     )
+    report.phases_s = phases
     if report.read == 0:
         ctx.progress("no lines to ingest")
         return report
 
+    clock.lap("read")
     ctx.progress(f"reading {report.read} lines from {len(files)} file(s)")
+    ctx.spark  # noqa: B018  (started here, when not yet running, so that its start is timed apart)
+    clock.lap("spark_start")
     bronze = bronze_frame(ctx, files, cluster).persist(StorageLevel.MEMORY_AND_DISK)
+    bronze.count()
+    clock.lap("read")
     report.tables["bronze.sacct"] = {"inserted": write_bronze(ctx, SOURCE, bronze).inserted}
+    clock.lap("bronze_write")
 
     parsed = parse_files(bronze, layouts).persist(StorageLevel.MEMORY_AND_DISK)
     kinds = Counter({r["record"]: r["count"] for r in parsed.groupBy("record").count().collect()})
     report.skipped = kinds[sacct.SKIP]
+    clock.lap("parse")
 
     ctx.progress("validating")
     steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)[0]
     steps = steps.persist(StorageLevel.MEMORY_AND_DISK)
-    checked_steps = validate(steps, SILVER_JOB_STEPS.name, SOURCE)
+    steps.count()
+    clock.lap("dedup")
+    checked_steps = validate_in_spark(steps, SILVER_JOB_STEPS.name, SOURCE)
+    clock.lap("validate")
     # A job's peaks come from its steps that passed validation (a rejected step's values are not trusted).
     jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS)[0]
     if table_exists(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name):  # scripts ingested before the jobs
         links = read_table(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name)
         jobs = with_script_hash(jobs, links.where(F.col("cluster") == cluster))
     jobs = jobs.persist(StorageLevel.MEMORY_AND_DISK)
-    checked_jobs = validate(jobs, SILVER_JOBS.name, SOURCE)
+    jobs.count()
+    clock.lap("dedup")
+    checked_jobs = validate_in_spark(jobs, SILVER_JOBS.name, SOURCE)
+    clock.lap("validate")
     # Rows of a key beaten by a newer row of the same key in this batch.
     superseded_in_batch = kinds[sacct.JOB] - checked_jobs.rows + kinds[sacct.STEP] - checked_steps.rows
     parse_rejects = parsed.where(F.col("record") == sacct.REJECT).select(
@@ -162,13 +208,18 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
     report.quarantined = kinds[sacct.REJECT] + checked_jobs.rejected + checked_steps.rejected
 
     summaries = jobstats.with_jobstats(checked_jobs.valid).persist(StorageLevel.MEMORY_AND_DISK)
+    # Without an AdminComment field there is nothing to decode (and no Python worker to start).
+    has_comments = any(f.lower() == "admincomment" for layout in layouts.values() for f in layout.fields)
     decoded = Counter(
         {
             r["ok"]: r["count"]
             for r in summaries.groupBy(F.col("error").isNull().alias("ok")).count().collect()
         }
+        if has_comments
+        else {}
     )
     report.jobstats = {"decoded": decoded[True], "quarantined": decoded[False]}
+    clock.lap("jobstats")
     if decoded[False]:
         reason = F.concat(F.lit("bad jobstats AdminComment: "), F.col("error"))
         rejects = rejects.unionByName(
@@ -183,6 +234,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
         )
     if report.quarantined or decoded[False]:
         write_quarantine(ctx, rejects)
+    clock.lap("quarantine")
 
     ctx.progress("merging into silver")
     superseded = superseded_in_batch
@@ -202,6 +254,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
     report.tables[SILVER_JOBSTATS.name]["superseded"] = lost_to_stored
     for frame in (summaries, jobs, steps, parsed, bronze):
         frame.unpersist()
+    clock.lap("silver_merge")
 
     accounted = (
         report.skipped + report.quarantined + report.inserted + report.updated + report.unchanged + superseded
