@@ -8,6 +8,14 @@ UV_VERSION := 0.13.9
 # Delta Lake's Spark jars for pyspark 4.2 (Scala 2.13); fetched from Maven Central once, used offline after.
 DELTA_VERSION := 4.4.0
 DELTA_JARS := io.delta:delta-spark_4.2_2.13:$(DELTA_VERSION) io.delta:delta-storage:$(DELTA_VERSION)
+# s3a:// warehouses: hadoop-aws at the Hadoop version pyspark bundles (pyspark/jars/hadoop-client-api-*.jar)
+# and the two compile dependencies it declares, at hadoop-project's versions: the AWS SDK v2 bundle (~690 MB,
+# aws-java-sdk-v2.version) and the S3 analytics accelerator (amazon-s3-analyticsaccelerator-s3.version).
+HADOOP_VERSION := 3.5.0
+AWS_SDK_VERSION := 2.35.4
+S3_ANALYTICS_VERSION := 1.3.1
+S3_JARS := org.apache.hadoop:hadoop-aws:$(HADOOP_VERSION) software.amazon.awssdk:bundle:$(AWS_SDK_VERSION) \
+  software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:$(S3_ANALYTICS_VERSION)
 JARS_DIR := .jars
 APT_PACKAGES := libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 poppler-utils fonts-dejavu-core lua5.4 curl
 
@@ -31,12 +39,21 @@ $(VENV)/.stamp: requirements.lock pyproject.toml
 	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	@touch $@
 
+# Fetched into .fetch/ and moved in whole, so a session starting meanwhile never loads a half-copied jar.
+# The S3 jars go to s3a/: jobfit adds them only for an s3a:// warehouse (every executor fetches spark.jars).
 $(JARS_DIR)/.stamp: Makefile
-	@command -v mvn >/dev/null || { echo "setup: Maven (mvn) is needed once to fetch Delta's jars; apt-get install maven" >&2; exit 2; }
-	@mkdir -p $(JARS_DIR)
-	@for a in $(DELTA_JARS); do \
-	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=$$a -DoutputDirectory=$(JARS_DIR) >/dev/null || { echo "setup: could not fetch $$a" >&2; exit 2; }; \
+	@command -v mvn >/dev/null || { echo "setup: Maven (mvn) is needed once to fetch Delta's and S3's jars; apt-get install maven" >&2; exit 2; }
+	@hadoop=$$(ls $(VENV)/lib/python3*/site-packages/pyspark/jars/hadoop-client-api-*.jar 2>/dev/null | sed -E 's/.*-([0-9.]+)\.jar$$/\1/'); \
+	if [ -n "$$hadoop" ] && [ "$$hadoop" != "$(HADOOP_VERSION)" ]; then \
+	  echo "setup: pyspark bundles Hadoop $$hadoop; set HADOOP_VERSION (and the S3 jars' versions) in the Makefile to match" >&2; exit 2; \
+	fi
+	@rm -rf $(JARS_DIR)/.fetch && mkdir -p $(JARS_DIR)/.fetch/s3a $(JARS_DIR)/s3a
+	@for a in $(DELTA_JARS) $(S3_JARS); do \
+	  case " $(S3_JARS) " in *" $$a "*) out=$(JARS_DIR)/.fetch/s3a;; *) out=$(JARS_DIR)/.fetch;; esac; \
+	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=$$a -DoutputDirectory=$$out >/dev/null || { echo "setup: could not fetch $$a" >&2; exit 2; }; \
 	done
+	@mv -f $(JARS_DIR)/.fetch/s3a/*.jar $(JARS_DIR)/s3a/ && mv -f $(JARS_DIR)/.fetch/*.jar $(JARS_DIR)/
+	@rm -rf $(JARS_DIR)/.fetch
 	@touch $@
 
 demo: setup

@@ -2,6 +2,18 @@
 traces for bottlenecks; each month retrain,
 render the month's PDF reports and send the users' digests.
 
+Both DAGs run once their period has ended and name it by their logical date (data-interval timetables, set
+here so a site's `create_cron_data_intervals` cannot shift them): the run of `ds` 2026-03-10 starts after
+that day and ingests its folder; the run of 2026-03-01 of `jobfit_monthly` starts on 1 April and reports
+March. By hand: `airflow dags test jobfit_daily 2026-03-10`.
+
+A source whose folder is absent that day is skipped (its ingest exits 99). `build` runs when no ingest
+failed and at least one succeeded (`none_failed_min_one_success`), so a day without pods or traces still
+builds; a day with no source folder at all skips `build` (nothing new) and with it `bottlenecks`. A failed
+ingest (after its retries) fails `build` as upstream_failed: the month is not rebuilt on partial input.
+`bottlenecks` follows every successful `build`, profiler traces that day or not, since the build's new
+accounting re-prices the month's findings.
+
 DAG files only wire: every task runs one `jobfit` command for `{{ ds }}`; nothing of jobfit is imported
 at parse time. Per deployment, set the Airflow Variables `jobfit_bin` (default `jobfit`),
 `jobfit_cluster` (default `demo`) and `jobfit_drop` (default `/var/lib/jobfit/drop`), where each day's
@@ -16,7 +28,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import DAG
+from airflow.sdk import DAG, CronDataIntervalTimetable, TriggerRule
 
 JOBFIT = "{{ var.value.get('jobfit_bin', 'jobfit') }}"
 CLUSTER = "{{ var.value.get('jobfit_cluster', 'demo') }}"
@@ -24,7 +36,6 @@ DAY_DIR = "{{ var.value.get('jobfit_drop', '/var/lib/jobfit/drop') }}/" + CLUSTE
 MONTH = "{{ logical_date.strftime('%Y-%m') }}"
 REPORTS = "{{ var.value.get('jobfit_reports', '/var/lib/jobfit/reports') }}"
 EMAILS = "{{ var.value.get('jobfit_emails', '--outbox /var/lib/jobfit/outbox') }}"
-PREVIOUS_MONTH = "{{ (logical_date.replace(day=1) - macros.timedelta(days=1)).strftime('%Y-%m') }}"
 DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=10)}
 
 # (task id, source folder, ingest source); a source whose folder is absent that day is skipped (exit 99).
@@ -48,7 +59,7 @@ with DAG(
     dag_id="jobfit_daily",
     description="Ingest a day's accounting, scripts, telemetry, logs and traces; rebuild that month's gold "
     "tables and its bottleneck findings",
-    schedule="@daily",
+    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -58,11 +69,14 @@ with DAG(
     build = BashOperator(
         task_id="build",
         bash_command=f"{JOBFIT} build --cluster {CLUSTER} --month {MONTH} --json",
+        # Skipped ingests (absent folders) must not skip the build; a failed one must stop it.
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
     )
     # After the build (every source of the day is in): the month's traces, analysed and priced.
     bottlenecks = BashOperator(
         task_id="bottlenecks",
         bash_command=f"{JOBFIT} bottlenecks --cluster {CLUSTER} --month {MONTH} --json",
+        trigger_rule=TriggerRule.ALL_SUCCESS,
     )
     for task_id, folder, source in SOURCES:
         ingest = BashOperator(
@@ -74,7 +88,7 @@ with DAG(
 with DAG(
     dag_id="jobfit_monthly",
     description="Retrain the per-cluster models on the month just closed and report model vs baselines",
-    schedule="@monthly",
+    schedule=CronDataIntervalTimetable("@monthly", timezone="UTC"),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -83,16 +97,16 @@ with DAG(
 ) as monthly:
     build_last = BashOperator(
         task_id="build",
-        bash_command=f"{JOBFIT} build --cluster {CLUSTER} --month {PREVIOUS_MONTH} --json",
+        bash_command=f"{JOBFIT} build --cluster {CLUSTER} --month {MONTH} --json",
     )
     train = BashOperator(task_id="train", bash_command=f"{JOBFIT} train --cluster {CLUSTER} --json")
     evaluate = BashOperator(task_id="evaluate", bash_command=f"{JOBFIT} evaluate --cluster {CLUSTER} --json")
     report = BashOperator(
         task_id="report",
-        bash_command=f"{JOBFIT} report --cluster {CLUSTER} --month {PREVIOUS_MONTH} --out {REPORTS} --json",
+        bash_command=f"{JOBFIT} report --cluster {CLUSTER} --month {MONTH} --out {REPORTS} --json",
     )
     emails = BashOperator(
         task_id="emails",
-        bash_command=f"{JOBFIT} emails --cluster {CLUSTER} --month {PREVIOUS_MONTH} {EMAILS} --json",
+        bash_command=f"{JOBFIT} emails --cluster {CLUSTER} --month {MONTH} {EMAILS} --json",
     )
     build_last >> train >> evaluate >> report >> emails

@@ -39,6 +39,9 @@ class SparkSettings(_Strict):
     jars_dir: str = "./.jars"
     delta_package: str = "io.delta:delta-spark_4.2_2.13:4.4.0"
     log_level: str = "ERROR"
+    # On a master that is not local[...]: zip jobfit's own packages and send them to the executors with the
+    # session (SparkContext.addPyFile), so workers need only the third-party requirements, never a checkout.
+    ship_code: bool = True
     conf: dict[str, str] = Field(default_factory=dict)
 
 

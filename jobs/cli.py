@@ -14,6 +14,7 @@ from jobs.context import Context, DataError, UsageError
 COMMANDS = (
     "ingest",
     "sql",
+    "sql-server",
     "failures",
     "bottlenecks",
     "explain",
@@ -50,7 +51,7 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in commands:
-        importlib.import_module(f"jobs.commands.{name}").register(sub)
+        importlib.import_module(f"jobs.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 import os
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -47,15 +51,69 @@ def delta_jars(jars_dir: str) -> list[str]:
     return sorted(str(p.resolve()) for p in folder.glob("*.jar")) if folder.is_dir() else []
 
 
+def s3a_jars(jars_dir: str) -> list[str]:
+    """hadoop-aws and the AWS SDK bundle it needs, fetched by `make setup` into <jars_dir>/s3a (kept apart:
+    690 MB that every executor would fetch for nothing unless the warehouse is on S3); [] when missing."""
+    return delta_jars(str(Path(jars_dir) / "s3a"))
+
+
+def hadoop_version() -> str:
+    """The Hadoop version pyspark bundles (hadoop-aws must match it), from its hadoop-client-api jar name."""
+    jars = Path(__import__("pyspark").__file__).parent / "jars"
+    found = sorted(jars.glob("hadoop-client-api-*.jar"))
+    return found[-1].stem.removeprefix("hadoop-client-api-") if found else "3.5.0"
+
+
+# jobfit's own top-level packages: what an executor imports when it runs a UDF or a pandas function of ours.
+CODE_PACKAGES = ("conf", "pipelines", "features", "models", "reports", "jobs")
+
+
+def code_archive(folder: Path | None = None) -> Path:
+    """jobfit's packages (sources and package data, no bytecode) as one zip for `addPyFile`, written under
+    `folder` (default: the temp dir) and named by its content's hash, so equal code gives the same file and
+    two sessions starting at once never read a half-written one."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in CODE_PACKAGES:
+            package = CHECKOUT / name  # beside jobs/, in a checkout and in site-packages alike
+            for file in sorted([package, *package.rglob("*")]):
+                # conf/local.yaml is this machine's settings (maybe secrets); executors read no settings.
+                if "__pycache__" in file.parts or file.suffix == ".pyc" or file.name == "local.yaml":
+                    continue
+                arcname = f"{name}/{file.relative_to(package).as_posix()}".removesuffix("/.")
+                # Folder entries too: zipimport finds a namespace package (models/ has no __init__) by them.
+                entry = zipfile.ZipInfo(arcname + "/" if file.is_dir() else arcname, (1980, 1, 1, 0, 0, 0))
+                archive.writestr(entry, b"" if file.is_dir() else file.read_bytes())
+    data = buffer.getvalue()
+    folder = folder or Path(tempfile.gettempdir()) / "jobfit-code"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"jobfit-code-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not target.exists():
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    return target
+
+
+def is_local_master(master: str) -> bool:
+    """Whether the master runs everything in this process (`local`, `local[4]`, `local[*, 2]`)."""
+    return master == "local" or master.startswith("local[")
+
+
 def build_session(settings: Settings) -> SparkSession:
     """A SparkSession with Delta Lake, the configured master and modest defaults for a 2-core machine."""
     spark_settings = settings.spark
     builder = SparkSession.builder.master(spark_settings.master).appName(spark_settings.app_name)
     jars = delta_jars(spark_settings.jars_dir)
+    on_s3 = warehouse_root(settings).startswith("s3a://")
     if jars:
+        jars += s3a_jars(spark_settings.jars_dir) if on_s3 else []
         builder = builder.config("spark.jars", ",".join(jars))
-    else:
-        builder = builder.config("spark.jars.packages", spark_settings.delta_package)
+    else:  # resolved from Maven by Spark itself (hadoop-aws brings the AWS SDK bundle it declares)
+        packages = [spark_settings.delta_package]
+        packages += [f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"] if on_s3 else []
+        builder = builder.config("spark.jars.packages", ",".join(packages))
     conf = {
         **_DELTA_CONF,
         **_QUIET_CONF,
@@ -70,6 +128,9 @@ def build_session(settings: Settings) -> SparkSession:
     # Executors must run the same interpreter (the project's virtualenv) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = builder.getOrCreate()
+    if spark_settings.ship_code and not is_local_master(spark_settings.master):
+        # Executors import pipelines.*, conf, ... to run our UDFs; they get the driver's exact code.
+        session.sparkContext.addPyFile(str(code_archive()))
     session.sparkContext.setLogLevel(spark_settings.log_level)
     _quiet_query_errors(spark_settings.log_level)
     return session

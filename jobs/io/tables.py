@@ -220,11 +220,18 @@ def replace_where(spark: SparkSession, settings: Settings, name: str, df: DataFr
     )
 
 
-def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
-    """Make every written table queryable by name in Spark SQL (`silver.jobs`, `gold.job_usage`, ...)."""
+def register_tables(spark: SparkSession, settings: Settings, keep: bool = False) -> list[str]:
+    """Make every written table queryable by name in Spark SQL (`silver.jobs`, `gold.job_usage`, ...), in
+    the session catalog (so every session of the SparkContext sees them, Spark Connect's too). Returns the
+    names registered; with `keep`, a name already in the catalog is left as it is and not returned."""
     names = sorted(set(TABLES) | {f"bronze.{source}" for source in BRONZE_SOURCES})
+    known = _catalog_tables(spark) if keep else set()
     registered = []
     for name in names:
+        if name in known:
+            continue
+        if keep:
+            _forget_delta_log(spark, table_path(settings, name))
         if not table_exists(spark, settings, name):
             continue
         if "." in name:
@@ -234,3 +241,22 @@ def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
         spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{table_path(settings, name)}'")
         registered.append(name)
     return registered
+
+
+def _forget_delta_log(spark: SparkSession, path: str) -> None:
+    """Drop Delta's cached log of a path, so a table written there by another process since this session
+    last looked is seen (the cache keeps answering "no table" for a path it once found empty)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    jpath = jvm.org.apache.hadoop.fs.Path(path)
+    jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(spark._jsparkSession, jpath)  # type: ignore[attr-defined]
+
+
+def _catalog_tables(spark: SparkSession) -> set[str]:
+    """The tables in the session catalog, named as register_tables names them (`gold.x`; `quarantine` in the
+    default database). From the catalog's metadata alone: unlike `Catalog.tableExists`, no table is read."""
+    names = set()
+    for (database,) in spark.sql("SHOW DATABASES").collect():
+        for row in spark.sql(f"SHOW TABLES IN `{database}`").collect():
+            if not row.isTemporary:
+                names.add(row.tableName if database == "default" else f"{database}.{row.tableName}")
+    return names
