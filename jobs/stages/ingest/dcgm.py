@@ -142,6 +142,9 @@ def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
     )
     report.tables["attribution (samples)"] = {r["attribution"]: r["samples"] for r in summary}
     report.superseded = sum(int(r["superseded"] or 0) for r in summary)
+    # A sample's metrics come on one line each: the sample counts once, its other lines are folded into it.
+    samples = sum(r["samples"] for r in summary)
+    report.tables["lines folded into samples"] = {"lines": kept_lines - report.superseded - samples}
     checked_rows = validate(rows, SILVER_GPU_SAMPLES.name, "dcgm")
     if summary:
         lo, hi = min(r["lo"] for r in summary), max(r["hi"] for r in summary)
