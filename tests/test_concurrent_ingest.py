@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from conf import load_cluster
 from jobs.simulator import simulate
 
-pytestmark = pytest.mark.slow  # two more JVMs
+pytestmark = [pytest.mark.slow, pytest.mark.apart]  # two more JVMs
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_COLUMNS = ["cluster", "job_id", "user", "state", "submit_ts", "end_ts", "elapsed_s", "max_rss_bytes"]

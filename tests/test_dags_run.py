@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # Airflow's metadata DB, then four jobfit JVMs per run
+pytestmark = [pytest.mark.slow, pytest.mark.apart]  # Airflow's metadata DB, then four jobfit JVMs per run
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "airflow_dags"

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from conf import load_cluster
 from jobs.simulator import simulate
 
-pytestmark = pytest.mark.slow  # three more JVMs
+pytestmark = [pytest.mark.slow, pytest.mark.apart]  # three more JVMs
 
 REPO = Path(__file__).resolve().parents[1]
 MONTH = "2026-03"

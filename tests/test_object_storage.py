@@ -21,7 +21,7 @@ from conf import load_cluster
 from jobs.simulator import simulate
 from tests.servers import free_port
 
-pytestmark = pytest.mark.slow  # an S3 server and three more JVMs
+pytestmark = [pytest.mark.slow, pytest.mark.apart]  # an S3 server and three more JVMs
 
 REPO = Path(__file__).resolve().parents[1]
 MONTH = "2026-03"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # sixteen Spark ingests
+pytestmark = [pytest.mark.slow, pytest.mark.apart]  # sixteen Spark ingests
 
 SOURCES = ("sacct", "dcgm", "k8s", "k8s-metrics", "scripts", "swf", "logs", "profiler")
 SEED = 16  # the number; change it to explore, keep it fixed in the suite

@@ -27,7 +27,7 @@ from conf import load_cluster
 from jobs.simulator import simulate
 from tests.servers import free_port
 
-pytestmark = pytest.mark.slow  # a master, a worker, an executor and three driver JVMs
+pytestmark = [pytest.mark.slow, pytest.mark.apart]  # a master, a worker, an executor and three driver JVMs
 
 REPO = Path(__file__).resolve().parents[1]
 SPARK_HOME = Path(__import__("pyspark").__file__).parent
