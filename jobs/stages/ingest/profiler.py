@@ -29,7 +29,14 @@ from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
 from jobs.io.tables import append_rows, merge_into, read_table, replace_where, sql_string
-from jobs.stages.ingest.common import GZIP_MAGIC, IngestReport, _expand, known_files, write_quarantine
+from jobs.stages.ingest.common import (
+    GZIP_MAGIC,
+    IngestReport,
+    _expand,
+    append_bronze,
+    known_files,
+    write_quarantine,
+)
 from pipelines.schemas import (
     BRONZE_SCHEMA,
     QUARANTINE,
@@ -228,7 +235,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
     if job is not None and not job.strip():
         raise UsageError("--job must not be empty")
     report = IngestReport(source="profiler", cluster=cluster)
-    spark, settings, now = ctx.spark, ctx.settings, ctx.now()
+    spark, now = ctx.spark, ctx.now()
     with tempfile.TemporaryDirectory(prefix="jobfit-profiler-") as spool:
         inputs = _inputs(paths, Path(spool))
         report.files = len(inputs)
@@ -275,7 +282,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
             frame = spark.createDataFrame(
                 pd.DataFrame(bronze, columns=BRONZE_SCHEMA.fieldNames()), BRONZE_SCHEMA
             )
-            appended = append_rows(spark, settings, "bronze.profiler", frame)
+            appended = append_bronze(ctx, "profiler", frame, [row[2] for row in bronze])
             report.tables["bronze.profiler"] = {"inserted": appended, "updated": 0, "unchanged": 0}
     return report
 
