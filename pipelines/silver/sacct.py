@@ -8,7 +8,6 @@ a reject with its reason (`record` column). All parsing is Spark built-ins on th
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 
@@ -535,32 +534,14 @@ def with_efficiency_pct(jobs: DataFrame) -> DataFrame:
 
 def filter_latest(rows: DataFrame, spec: TableSpec) -> tuple[DataFrame, DataFrame]:
     """(the newest row per key, the rows it supersedes) within one batch, by the table's newer-wins rule
-    (`spec.newer`); between records of one run, the later file on the command line and the later line.
-
-    Only the rows of keys that occur more than once are ranked (a window over them); the others — most keys
-    of a dump — pass as they are. Finding the repeated keys shuffles the key columns alone, where a window
-    over every row would shuffle and sort whole rows."""
+    (`spec.newer`); between records of one run, the later file on the command line and the later line."""
     assert spec.newer is not None, f"{spec.name} declares no newer-wins rule"
-    repeated = rows.groupBy(*spec.key).count().where(F.col("count") > 1).select(*spec.key)
-    same_key = [F.col(f"r.{k}").eqNullSafe(F.col(f"d.{k}")) for k in spec.key]
-    tagged = (
-        rows.alias("r")
-        .join(
-            F.broadcast(repeated.withColumn("_repeated", F.lit(True))).alias("d"),
-            on=functools.reduce(lambda a, b: a & b, same_key),
-            how="left",
-        )
-        .select("r.*", F.col("d._repeated").isNotNull().alias("_repeated"))
-    )
     order = Window.partitionBy(*spec.key).orderBy(
         *spec.newer.newest_first(), F.col("file_order").desc(), F.col("line_no").desc()
     )
-    ranked = (
-        tagged.where(F.col("_repeated")).drop("_repeated").withColumn("_rank", F.row_number().over(order))
-    )
-    single = tagged.where(~F.col("_repeated")).drop("_repeated")
+    ranked = rows.withColumn("_rank", F.row_number().over(order))
     return (
-        single.unionByName(ranked.where(F.col("_rank") == 1).drop("_rank")),
+        ranked.where(F.col("_rank") == 1).drop("_rank"),
         ranked.where(F.col("_rank") > 1).drop("_rank"),
     )
 
