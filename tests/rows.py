@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -98,3 +99,18 @@ def jobs_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
 
 def samples_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
     return spark.createDataFrame(rows, SILVER_GPU_SAMPLES.schema)
+
+
+# Columns that record when a run happened rather than what it wrote.
+RUN_TIME = {"ingested_at", "built_at", "source_watermark_ts"}
+
+
+def delta_tables(spark: SparkSession, root: Path) -> dict[str, list[tuple]]:
+    """Every Delta table under `root`, as sorted rows without the run-time columns (RUN_TIME): two
+    warehouses that received the same input compare equal."""
+    found = {}
+    for log in sorted(root.glob("**/_delta_log")):
+        df = spark.read.format("delta").load(str(log.parent))
+        columns = [c for c in df.columns if c not in RUN_TIME]
+        found[str(log.parent.relative_to(root))] = sorted(map(tuple, df.select(*columns).collect()), key=repr)
+    return found

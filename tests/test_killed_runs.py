@@ -17,13 +17,13 @@ from pyspark.sql import SparkSession
 
 from conf import load_cluster
 from jobs.simulator import simulate
+from tests.rows import delta_tables
 
 pytestmark = [pytest.mark.slow, pytest.mark.apart]  # three more JVMs
 
 REPO = Path(__file__).resolve().parents[1]
 MONTH = "2026-03"
 # Columns that say when a row was written, not what it holds: a re-run writes them anew.
-RUN_TIME = {"ingested_at", "built_at", "source_watermark_ts"}
 
 
 def _kill_when(warehouse: Path, marker: str, *args: str) -> str:
@@ -51,16 +51,6 @@ def _kill_when(warehouse: Path, marker: str, *args: str) -> str:
     return log.read_text()
 
 
-def _tables(spark: SparkSession, root: Path) -> dict[str, list[tuple]]:
-    """Every Delta table under `root`, as sorted rows without the run-time columns."""
-    found = {}
-    for log in sorted(root.glob("**/_delta_log")):
-        df = spark.read.format("delta").load(str(log.parent))
-        columns = [c for c in df.columns if c not in RUN_TIME]
-        found[str(log.parent.relative_to(root))] = sorted(map(tuple, df.select(*columns).collect()), key=repr)
-    return found
-
-
 def test_killed_ingests_and_build_are_repaired_by_a_rerun(
     jobfit, spark: SparkSession, tmp_path: Path, warehouse: Path
 ) -> None:
@@ -86,7 +76,7 @@ def test_killed_ingests_and_build_are_repaired_by_a_rerun(
     _kill_when(warehouse, "gold/*/**/*.parquet", *build)
     assert jobfit(*build).code == 0
 
-    repaired, expected = _tables(spark, warehouse), _tables(spark, reference)
+    repaired, expected = delta_tables(spark, warehouse), delta_tables(spark, reference)
     assert sorted(repaired) == sorted(expected)
     for name, rows in expected.items():
         assert rows, name

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from conf import load_cluster
 from jobs.simulator import simulate
+from tests.rows import delta_tables
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.apart]  # a master, a worker, an executor and three driver JVMs
@@ -33,7 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 SPARK_HOME = Path(__import__("pyspark").__file__).parent
 MONTH = "2026-03"
 # Columns that say when a row was written, not what it holds: a re-run writes them anew.
-RUN_TIME = {"ingested_at", "built_at", "source_watermark_ts"}
 # What a user sets for a small standalone cluster (a YAML mapping in one variable: keys keep their case).
 EXECUTOR_CONF = "{spark.executor.memory: 768m, spark.cores.max: '1'}"
 
@@ -128,16 +128,6 @@ def _jobfit(driver_dir: Path, env: dict[str, str], *args: str) -> subprocess.Com
     return subprocess.run(cmd, cwd=driver_dir, env=env, capture_output=True, text=True, timeout=1800)
 
 
-def _tables(spark: SparkSession, root: Path) -> dict[str, list[tuple]]:
-    """Every Delta table under `root`, as sorted rows without the run-time columns."""
-    found = {}
-    for log in sorted(root.glob("**/_delta_log")):
-        df = spark.read.format("delta").load(str(log.parent))
-        columns = [c for c in df.columns if c not in RUN_TIME]
-        found[str(log.parent.relative_to(root))] = sorted(map(tuple, df.select(*columns).collect()), key=repr)
-    return found
-
-
 def test_standalone_cluster_builds_the_tables_a_local_run_builds(
     standalone_master: tuple[str, Path], jobfit, spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -184,7 +174,7 @@ def test_standalone_cluster_builds_the_tables_a_local_run_builds(
         assert any(n.startswith("jobfit-code-") for n in sent), sent
     assert len(list(work.glob("app-*"))) == len(commands)
 
-    clustered, expected = _tables(spark, on_cluster), _tables(spark, reference)
+    clustered, expected = delta_tables(spark, on_cluster), delta_tables(spark, reference)
     assert {"silver/jobs", "silver/gpu_samples", "gold/job_usage"} <= set(expected)
     assert sorted(clustered) == sorted(expected)
     for name, rows in expected.items():
