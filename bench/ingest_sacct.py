@@ -151,22 +151,12 @@ class PeakRss:
         self._thread.join()
 
 
-def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict, PeakRss]:
-    """Seconds for `jobfit ingest sacct` as a fresh process (Spark start-up included), its report and its
-    peak RSS."""
-    env = {**os.environ, "JOBFIT_WAREHOUSE": str(warehouse)}
+def run_jobfit(args: list[str], env: dict[str, str]) -> tuple[float, dict, PeakRss]:
+    """`jobfit -q ARGS --json` as a fresh process (Spark start-up included): its seconds, its --json
+    report ({} when it prints none) and its peak RSS; exits the bench when the command fails."""
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [
-            str(REPO / ".venv" / "bin" / "jobfit"),
-            "-q",
-            "ingest",
-            "sacct",
-            str(path),
-            "--cluster",
-            "bench",
-            "--json",
-        ],
+        [str(REPO / ".venv" / "bin" / "jobfit"), "-q", *args, "--json"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -178,8 +168,14 @@ def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict, PeakRss]:
     elapsed = time.perf_counter() - started
     rss.stop()
     if proc.returncode != 0:
-        sys.exit(f"jobfit failed ({proc.returncode}): {err.strip()[-2000:]}")
-    return elapsed, json.loads(out), rss
+        sys.exit(f"jobfit {' '.join(args)} failed ({proc.returncode}): {err.strip()[-2000:]}")
+    return elapsed, json.loads(out) if out.strip() else {}, rss
+
+
+def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict, PeakRss]:
+    """`jobfit ingest sacct` of the file into the warehouse: seconds, report and peak RSS."""
+    env = {**os.environ, "JOBFIT_WAREHOUSE": str(warehouse)}
+    return run_jobfit(["ingest", "sacct", str(path), "--cluster", "bench"], env)
 
 
 def load() -> str:

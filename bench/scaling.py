@@ -23,13 +23,11 @@ import argparse
 import json
 import math
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from ingest_sacct import PeakRss, load  # bench/ is on sys.path when a bench runs as a script
+from ingest_sacct import load, run_jobfit  # bench/ is on sys.path when a bench runs as a script
 
 from conf import load_cluster
 from jobs.commands.demo import INGEST_ORDER
@@ -45,27 +43,13 @@ MIB = 2**20
 
 
 def run_stage(args: list[str], env: dict[str, str]) -> dict:
-    """One `jobfit` command as a fresh process: seconds, peak RSS (MiB), exit code and its --json."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "jobfit"), "-q", *args, "--json"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    rss = PeakRss(proc.pid)
-    out, err = proc.communicate()
-    seconds = time.perf_counter() - started
-    rss.stop()
-    if proc.returncode != 0:
-        sys.exit(f"jobfit {' '.join(args)} failed ({proc.returncode}): {err.strip()[-2000:]}")
+    """One `jobfit` command as a fresh process: seconds, peak RSS (MiB) and its --json."""
+    seconds, report, rss = run_jobfit(args, env)
     return {
         "seconds": round(seconds, 1),
         "python_mib": round(rss.python_bytes / MIB),
         "jvm_mib": round(rss.jvm_bytes / MIB),
-        "report": json.loads(out) if out.strip() else {},
+        "report": report,
     }
 
 
