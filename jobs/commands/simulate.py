@@ -82,18 +82,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         10 <= args.dcgm_interval <= 3600,
         f"--dcgm-interval must be 10..3600 seconds, got {args.dcgm_interval}",
     )
-    require(
-        0.0 <= args.jobstats_share <= 1.0,
-        f"--jobstats-share must be between 0 and 1, got {args.jobstats_share}",
-    )
-    require(
-        0.0 <= args.profiled_share <= 1.0,
-        f"--profiled-share must be between 0 and 1, got {args.profiled_share}",
-    )
-    require(
-        0.0 <= args.dcgm_prof_share <= 1.0,
-        f"--dcgm-prof-share must be between 0 and 1, got {args.dcgm_prof_share}",
-    )
+    for name in ("jobstats_share", "profiled_share", "dcgm_prof_share"):
+        share = getattr(args, name)
+        require(0.0 <= share <= 1.0, f"--{name.replace('_', '-')} must be between 0 and 1, got {share}")
     cluster = ctx.cluster(args.cluster)
     require(bool(cluster.partitions), f"cluster {args.cluster} declares no partitions to simulate")
     out = Path(args.out)
