@@ -33,13 +33,13 @@ from conf import load_cluster
 from jobs.commands.demo import INGEST_ORDER
 from jobs.simulator import simulate
 from jobs.simulator.dcgm import DEFAULT_INTERVAL_S
+from pipelines.units import MIB
 
 REPO = Path(__file__).resolve().parents[1]
 MONTH = "2026-03"
 # The month a centre asks about: 10M jobs and 1B DCGM samples.
 TARGET_JOBS = 10_000_000
 TARGET_SAMPLES = 1_000_000_000
-MIB = 2**20
 
 
 def run_stage(args: list[str], env: dict[str, str]) -> dict:
