@@ -25,39 +25,6 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 REAL = Path(os.environ.get("REAL_DATA_DIR", REPO / "tests" / "data" / "real"))
 
 
-# Files whose tests share the session's simulated, built and trained month (tests/report_month.py): under
-# `make test`'s workers they form one work unit, so the month is built on one worker only.
-SHARED_MONTH = "built_month"
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test`: --dist loadgroup) one work unit per file, except that the files using
-    the shared built month make one unit; units with tests marked `apart` go first, then `slow` ones, so the
-    longest runs start early instead of ending the suite alone on one worker."""
-    if config.getoption("dist", "no") == "no":
-        return
-    files: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        files.setdefault(item.path, []).append(item)
-    group = {
-        path: SHARED_MONTH if any(SHARED_MONTH in i.fixturenames for i in tests) else str(path.stem)
-        for path, tests in files.items()
-    }
-
-    def rank(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("apart") else 1 if item.get_closest_marker("slow") else 2
-
-    first: dict[str, tuple[int, int]] = {}
-    for index, item in enumerate(items):
-        name = group[item.path]
-        first[name] = min(first.get(name, (rank(item), index)), (rank(item), index))
-    order = {item: index for index, item in enumerate(items)}
-    items.sort(key=lambda i: (first[group[i.path]], order[i]))
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group[item.path]))
-
-
 @pytest.fixture(scope="session")
 def real_data() -> Path:
     """tests/data/real (read-only records written by other people), or $REAL_DATA_DIR."""
