@@ -73,6 +73,7 @@ class EmailSettings(_Strict):
     min_failed_jobs: int = Field(1, ge=1)  # or had this many failed runs they could have prevented
     max_recommendations: int = Field(3, ge=1)  # sbatch lines per digest, largest saving first
     max_failures: int = Field(5, ge=1)  # failures listed per digest, most dollars lost first
+    max_bottlenecks: int = Field(3, ge=1)  # bottleneck findings per digest, most recoverable GPU-hours first
     domain: str = "localhost"  # recipient = <user>@<domain> unless `addresses` names one
     addresses: dict[str, str] = Field(default_factory=dict)  # user -> e-mail address
     opt_out: list[str] = Field(default_factory=list)  # users who receive no digest

@@ -12,7 +12,7 @@ from typing import Any
 
 from conf import EmailSettings
 from reports.format import usd
-from reports.model import sbatch_changes
+from reports.model import code_line, sbatch_changes
 from reports.render import render
 
 
@@ -66,9 +66,11 @@ def digest(
     recs_status: str,
     recs_why: str | None,
     settings: EmailSettings,
+    bottlenecks: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """What one user's digest says: the month's waste, the top recommendations as sbatch lines (or why there
-    are none), and the failures with their fix."""
+    are none), the failures with their fix, and what held their GPUs back while jobs ran (the line to change
+    and the GPU-hours it would give back)."""
     mine = [i for i in items if i["user"] == user_row["user"]]
     priced = sorted(
         (i for i in mine if i["status"] == "ok" and i["saving_usd_month"]),
@@ -110,6 +112,13 @@ def digest(
         "advice_why": advice_why,
         "failures": [dict(f) for f in failures[: settings.max_failures]],
         "failures_total": len(failures),
+        "bottlenecks": [
+            dict(b, where=code_line(b.get("file"), b.get("line")))
+            for b in bottlenecks[: settings.max_bottlenecks]
+        ],
+        "bottlenecks_total": len(bottlenecks),
+        "bottleneck_gpu_hours": sum(b["gpu_hours_recoverable"] or 0.0 for b in bottlenecks),
+        "bottleneck_usd": sum(b["usd_recoverable"] or 0.0 for b in bottlenecks),
     }
 
 

@@ -182,6 +182,53 @@ def failures(figures: dict[str, Any], titles: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def bottlenecks(figures: dict[str, Any], titles: dict[str, str]) -> dict[str, Any]:
+    """What held GPUs back while jobs ran (gold.job_bottlenecks): recoverable GPU-hours and dollars by kind
+    and the top findings with the user's line, most GPU-hours first."""
+    kinds = sorted(
+        figures["by_kind"],
+        key=lambda r: (-(r["gpu_hours_recoverable"] or 0.0), -r["jobs"], r["kind"]),
+    )
+    rows = [
+        {
+            "kind": r["kind"],
+            "title": titles.get(r["kind"], r["kind"]),
+            "jobs": int(r["jobs"]),
+            "findings": int(r["findings"]),
+            "sources": list(r["sources"]),
+            "gpu_hours_recoverable": _f(r["gpu_hours_recoverable"]) or 0.0,
+            "usd_recoverable": _f(r["usd_recoverable"]) or 0.0,
+        }
+        for r in kinds
+    ]
+    top = [
+        dict(r, title=titles.get(r["kind"], r["kind"]), where=code_line(r.get("file"), r.get("line")))
+        for r in figures["top"]
+    ]
+    chart = bar_chart(
+        [(r["title"], r["gpu_hours_recoverable"]) for r in rows],
+        lambda v: f"{num(v)} GPU-h",
+        "recoverable GPU-hours by bottleneck",
+    )
+    return {
+        "analysed": figures["analysed"],
+        "rows": rows,
+        "top": top,
+        "jobs": figures["jobs"],
+        "findings": figures["findings"],
+        "gpu_hours_recoverable": sum(r["gpu_hours_recoverable"] for r in rows),
+        "usd_recoverable": sum(r["usd_recoverable"] for r in rows),
+        "chart": data_uri(chart),
+    }
+
+
+def code_line(file: str | None, line: int | None) -> str | None:
+    """`file:line` of a finding's user frame, or None when the trace had no stacks (counters never do)."""
+    if not file:
+        return None
+    return f"{file}:{line}" if line is not None else file
+
+
 def comparisons(
     figures: dict[str, Any], head: dict[str, Any], refs: ReferenceFigures
 ) -> list[dict[str, Any]]:
@@ -295,6 +342,7 @@ def month_report(
     recs: dict[str, Any],
     accuracy: dict[str, Any],
     titles: dict[str, str],
+    bottleneck_titles: dict[str, str],
     refs: ReferenceFigures,
     top_n: int,
     generated_at: str,
@@ -331,6 +379,7 @@ def month_report(
         ],
         "vram": vram(figures["vram"]),
         "failures": failures(figures["failures"], titles),
+        "bottlenecks": bottlenecks(figures["bottlenecks"], bottleneck_titles),
         "recommendations": recommendations(
             {**recs, "items": items}, accuracy if kind != "user" else {}, top_n
         ),

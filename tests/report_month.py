@@ -1,5 +1,6 @@
-"""One simulated month, built once per test session for every report and e-mail test: simulated, ingested,
-built to gold and trained (so recommendations exist), through the real commands on the shared Spark."""
+"""One simulated month, built once per test session for every report and e-mail test: simulated (with
+profiler traces and DCGM profiling counters), ingested, built to gold, analysed for bottlenecks and trained
+(so recommendations exist), through the real commands on the shared Spark."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from jobs.context import Context
 
 CLUSTER, MONTH = "demo", "2026-11"
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = ("sacct", "scripts", "dcgm", "logs")
+SOURCES = ("sacct", "scripts", "dcgm", "logs", "profiler")
 
 
 @dataclass
@@ -65,9 +66,11 @@ def build_month(spark: SparkSession, root: Path, jobs: int = 300) -> BuiltMonth:
     ctx = month.ctx()
     steps: list[tuple[str, ...]] = [
         ("simulate", "--cluster", CLUSTER, "--month", MONTH, "--jobs", str(jobs), "--seed", "5",
-         "--dcgm-interval", "300", "--out", str(month.sim)),
+         "--dcgm-interval", "300", "--profiled-share", "0.1", "--dcgm-prof-share", "0.5",
+         "--out", str(month.sim)),
         *(("ingest", s, str(month.sim / s), "--cluster", CLUSTER) for s in SOURCES),
         ("build", "--cluster", CLUSTER, "--month", MONTH),
+        ("bottlenecks", "--cluster", CLUSTER, "--month", MONTH),
         ("train", "--cluster", CLUSTER, "--rounds", "2", "--targets", "mem,runtime"),
     ]  # fmt: skip
     for argv in steps:

@@ -5,6 +5,7 @@ down; and the .eml outbox."""
 from __future__ import annotations
 
 import email
+import html
 import json
 import os
 import signal
@@ -191,6 +192,30 @@ def test_outbox_writes_eml_once(
         built_month, warehouse, capsys, "--dry-run", **THRESHOLDS, JOBFIT_EMAILS__OPT_OUT=f"[{opted}]"
     )
     assert code == 0 and third is not None and third["opted_out"] == [opted]
+
+    # A user with bottleneck findings reads the costliest ones in both parts, with the fix and its GPU-hours.
+    ctx = built_month.ctx(warehouse)
+    findings = (
+        read_table(ctx.spark, ctx.settings, "gold.job_bottlenecks")
+        .where(F.col("month") == MONTH)
+        .orderBy(F.desc_nulls_last("gpu_hours_recoverable"), "job_id", "kind", "source")
+        .collect()
+    )
+    written = {m["user"]: Path(m["path"]) for m in first["messages"]}
+    mine = [f for f in findings if f["user"] in written]
+    assert mine, "a digest goes to a user with a bottleneck finding"
+    top = mine[0]
+    msg = email.message_from_bytes(written[top["user"]].read_bytes(), policy=default_policy)
+    for part in ("plain", "html"):
+        body = " ".join(html.unescape(msg.get_body(preferencelist=(part,)).get_content()).split())
+        assert "What held your GPUs back" in body, part
+        assert f"job {top['job_id']}: {top['kind']}" in body.replace("<b>", "").replace("</b>", ""), part
+        assert " ".join(top["fix"].split()).split(":")[0] in body, part
+    others = {f["user"] for f in findings}
+    quiet = next((u for u in written if u not in others), None)
+    if quiet is not None:  # no finding: no section
+        msg = email.message_from_bytes(written[quiet].read_bytes(), policy=default_policy)
+        assert "What held your GPUs back" not in msg.get_body(preferencelist=("plain",)).get_content()
 
 
 def test_killed_run_sends_only_the_rest(

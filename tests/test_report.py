@@ -17,7 +17,7 @@ from jobs.cli import main
 from jobs.io.tables import read_table
 from pipelines.gold.failures.taxonomy import CAUSES
 from reports.charts import bar_chart, trend_chart
-from reports.format import pct, usd
+from reports.format import num, pct, usd
 from reports.model import sbatch_changes
 from tests.report_month import CLUSTER, MONTH, BuiltMonth
 from tests.rows import T0, append_silver, job_row, use
@@ -123,6 +123,38 @@ def test_admin_headline_resources_and_failures_equal_gold_to_the_cent(
         assert table and table[0].rstrip().endswith(usd(c["usd"])), rows
     assert f"{sum(c['jobs'] for c in causes)} failed or cancelled jobs" in flat(text)
     assert "None" not in text and "nan" not in text.lower().split()
+
+
+def test_admin_report_ranks_bottlenecks_by_recoverable_gpu_hours_as_gold(
+    built_month: BuiltMonth, rendered: dict[str, Any]
+) -> None:
+    ctx = built_month.ctx()
+    findings = (
+        read_table(ctx.spark, ctx.settings, "gold.job_bottlenecks")
+        .where((F.col("cluster") == CLUSTER) & (F.col("month") == MONTH))
+        .collect()
+    )
+    assert {f["source"] for f in findings} == {"profiler", "dcgm"}, "traces and counters both found some"
+    admin = next(r for r in rendered["all"]["reports"] if r["audience"] == "admin")
+    text = flat(pdf_text(Path(admin["path"])))
+    total_h = sum(f["gpu_hours_recoverable"] or 0.0 for f in findings)
+    total_usd = sum(f["usd_recoverable"] or 0.0 for f in findings)
+    jobs = len({f["job_id"] for f in findings})
+    said = f"{len(findings)} finding(s) on {jobs} profiled or counter-monitored job(s): {num(total_h)} GPU-h"
+    assert said in text
+    assert f"({usd(total_usd)}) recoverable" in text
+    # The costliest finding leads the table, with its job, kind and (from a trace with stacks) the line.
+    top = max(findings, key=lambda f: (f["gpu_hours_recoverable"] or 0.0, f["job_id"]))
+    section = text.split("Top bottlenecks by recoverable GPU-hours")[1]
+    assert section.split()[section.split().index("$") + 1] == top["job_id"], section[:300]
+    if top["code"] is not None:
+        assert Path(top["code"]["file"]).name in section[:600]
+    # A user's report shows only that user's findings.
+    user_pdf = flat(pdf_text(Path(rendered["user"]["reports"][0]["path"])))
+    theirs = [f for f in findings if f["user"] == rendered["top_user"]]
+    assert (
+        f"{len(theirs)} finding(s)" in user_pdf if theirs else "No bottleneck finding this month" in user_pdf
+    )
 
 
 def test_every_account_gets_its_report_equal_to_account_month(

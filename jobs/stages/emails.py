@@ -19,7 +19,7 @@ from conf import SmtpSettings
 from jobs.context import Context, DataError, UsageError
 from jobs.io.files import write_bytes_atomic
 from jobs.io.tables import merge_into, read_table
-from jobs.stages.report import require_month, safe_name, user_failures, user_rows
+from jobs.stages.report import require_month, safe_name, user_bottlenecks, user_failures, user_rows
 from pipelines.schemas import OPS_EMAIL_LEDGER
 from reports.mail import build_message, candidates, digest, message_id, ranked, recipient, user_savings_usd
 
@@ -200,6 +200,7 @@ def send_digests(
     )
     savings = user_savings_usd(recs["items"])
     failures = user_failures(ctx, cluster, month, todo)
+    bottlenecks = user_bottlenecks(ctx, cluster, month, todo)
     order = [u["user"] for u in ranked([users[u] for u in todo], savings)]
     sender = smtp.sender if smtp is not None else f"jobfit@{settings.domain}"
     folder = (outbox or Path(ctx.settings.outbox)) / safe_name(cluster) / month
@@ -213,7 +214,15 @@ def send_digests(
     pending_ledger: list[dict[str, Any]] = []
     try:
         for user in order:
-            view = digest(users[user], recs["items"], failures[user], recs["status"], recs["why"], settings)
+            view = digest(
+                users[user],
+                recs["items"],
+                failures[user],
+                recs["status"],
+                recs["why"],
+                settings,
+                bottlenecks[user],
+            )
             at = ctx.now().replace(tzinfo=UTC)
             msg = build_message(
                 view, sender, recipient(user, settings), message_id(cluster, month, user, settings.domain), at

@@ -45,6 +45,10 @@ def _scope_filter(account: str | None, user: str | None) -> F.Column:
     return cond
 
 
+def _scoped(df: DataFrame | None, scope: F.Column) -> DataFrame | None:
+    return None if df is None else df.where(scope)
+
+
 def require_month(ctx: Context, cluster: str, month: str) -> None:
     """A UsageError (exit 2) unless gold holds the cluster-month."""
     hint = f"run `jobfit build --cluster {cluster} --month {month}` first"
@@ -174,6 +178,66 @@ def _failure_figures(failures: DataFrame, top: int) -> dict[str, Any]:
     return {"by_cause": by_cause, "top_fixes": fixes}
 
 
+# What a finding row says, for the report's table and the user's e-mail (gold.job_bottlenecks columns).
+_FINDING_COLUMNS = (
+    "job_id",
+    "user",
+    "account",
+    "kind",
+    "source",
+    "rank",
+    "share_pct",
+    "evidence",
+    "fix",
+    "gpu_hours_recoverable",
+    "usd_recoverable",
+)
+
+
+def _bottlenecks(ctx: Context, cluster: str, month: str) -> DataFrame | None:
+    """gold.job_bottlenecks of the cluster-month (`source` null in a table written before counters: the
+    profiler's), or None before any `jobfit bottlenecks` run."""
+    if not table_exists(ctx.spark, ctx.settings, "gold.job_bottlenecks"):
+        return None
+    return (
+        read_table(ctx.spark, ctx.settings, "gold.job_bottlenecks")
+        .where((F.col("cluster") == cluster) & (F.col("month") == month))
+        .withColumn("source", F.coalesce(F.col("source"), F.lit("profiler")))
+    )
+
+
+def _finding_rows(findings: DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
+    """Findings with the user's file and line, most recoverable GPU-hours first (unpriced last)."""
+    ordered = findings.select(
+        *_FINDING_COLUMNS, F.col("code.file").alias("file"), F.col("code.line").alias("line")
+    ).orderBy(F.desc_nulls_last("gpu_hours_recoverable"), "job_id", "kind", "source")
+    return _rows(ordered.limit(limit) if limit is not None else ordered)
+
+
+def _bottleneck_figures(findings: DataFrame | None, top: int) -> dict[str, Any]:
+    """Per finding kind: jobs, findings and recoverable GPU-hours and dollars; the top `top` findings by
+    recoverable GPU-hours; how many jobs have any finding, from a trace or from counters."""
+    if findings is None:
+        return {"analysed": False, "by_kind": [], "top": [], "jobs": 0, "findings": 0}
+    by_kind = _rows(
+        findings.groupBy("kind").agg(
+            F.countDistinct("job_id").alias("jobs"),
+            F.count(F.lit(1)).alias("findings"),
+            F.sum("gpu_hours_recoverable").alias("gpu_hours_recoverable"),
+            F.sum("usd_recoverable").alias("usd_recoverable"),
+            F.sort_array(F.collect_set("source")).alias("sources"),
+        )
+    )
+    totals = findings.agg(F.countDistinct("job_id").alias("jobs"), F.count(F.lit(1)).alias("n")).first()
+    return {
+        "analysed": True,
+        "by_kind": by_kind,
+        "top": _finding_rows(findings, top),
+        "jobs": int(totals["jobs"]),
+        "findings": int(totals["n"]),
+    }
+
+
 def _coverage(ctx: Context, cluster: str, month: str, sheet: str) -> dict[str, Any]:
     """Quarantined records by source (the cluster's, all ingests so far) and the clusters of the month that
     were priced by the default sheet."""
@@ -254,6 +318,10 @@ def month_figures(
         "vram": _vram(usage, config),
         "cpu_time_like_seed": _cpu_time_like_seed(usage),
         "failures": _failure_figures(failures, settings.top_n if user is None else settings.user_jobs),
+        "bottlenecks": _bottleneck_figures(
+            _scoped(_bottlenecks(ctx, cluster, month), scope),
+            settings.top_n if user is None else settings.user_jobs,
+        ),
         "coverage": _coverage(ctx, cluster, month, sheet),
         "prices": json.loads(head["price_sheet_json"]) if head.get("price_sheet_json") else None,
         "jobs": [],
@@ -308,6 +376,19 @@ def user_failures(ctx: Context, cluster: str, month: str, users: Iterable[str]) 
     return out
 
 
+def user_bottlenecks(ctx: Context, cluster: str, month: str, users: Iterable[str]) -> dict[str, list[dict]]:
+    """Each listed user's bottleneck findings of the month (gold.job_bottlenecks), most recoverable
+    GPU-hours first; empty lists before any `jobfit bottlenecks` run."""
+    wanted = sorted(set(users))
+    out: dict[str, list[dict]] = {u: [] for u in wanted}
+    findings = _bottlenecks(ctx, cluster, month)
+    if not wanted or findings is None:
+        return out
+    for r in _finding_rows(findings.where(F.col("user").isin(wanted))):
+        out[r["user"]].append(r)
+    return out
+
+
 def safe_name(name: str) -> str:
     """A user or account name as a file-name part (all but letters, digits, `.`, `_`, `-` become `_`)."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
@@ -327,6 +408,7 @@ def make_reports(
     `jobfit report --json` payload: each file with its pages and headline, and the seconds spent reading
     (SQL) and rendering."""
     from jobs.stages.advice import champion_accuracy, month_recommendations
+    from pipelines.gold.bottlenecks.rules import RULES
     from pipelines.gold.failures.taxonomy import CAUSES
     from reports.model import month_report, summary_line
     from reports.render import report_pdf
@@ -360,7 +442,14 @@ def make_reports(
         sql_s += figures["seconds"]
         t0 = time.monotonic()
         report = month_report(
-            figures, recs, accuracy, titles, settings.references, settings.top_n, generated_at
+            figures,
+            recs,
+            accuracy,
+            titles,
+            {kind: rule.title for kind, rule in RULES.items()},
+            settings.references,
+            settings.top_n,
+            generated_at,
         )
         pdf, pages = report_pdf(report)
         name = f"{cluster}-{month}-{kind}" + (f"-{safe_name(acc or usr or '')}" if kind != "admin" else "")
