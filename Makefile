@@ -32,10 +32,12 @@ setup: .cache/apt.stamp $(VENV)/.stamp $(JARS_DIR)/.stamp
 	fi
 	@touch $@
 
-$(VENV)/.stamp: requirements.lock pyproject.toml
+# Bytecode compiled once at install: uv does not by default, and with PYTHONDONTWRITEBYTECODE set (as on CI) every
+# jobfit process and Spark Python worker would compile pandas, pyspark and Great Expectations from source.
+$(VENV)/.stamp: requirements.lock pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	@$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	@$(BIN)/uv pip sync -q --compile-bytecode --python $(BIN)/python requirements.lock
 	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	@touch $@
 

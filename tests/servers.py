@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.child_env import child_env
 
 
 def free_port() -> int:
@@ -29,7 +30,7 @@ def jobfit_serve(
     """`jobfit serve --cluster CLUSTERS` on a free port, with this process's environment less its JOBFIT_*
     variables plus `env`, stderr to `log`; yields (base URL, process) once /healthz answers, then stops it."""
     port = free_port()
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")} | dict(env)
+    full_env = child_env(**env)
     cmd = [sys.executable, "-m", "jobs.cli", "serve", "--cluster", clusters, "--port", str(port)]
     with log.open("w") as err:  # a file, not a pipe: a full pipe would stall the server
         process = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=err)

@@ -4,7 +4,6 @@ end with the same rows as one run over all the files, none lost or doubled."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pyspark.sql import functions as F
 
 from conf import load_cluster
 from jobs.simulator import simulate
+from tests.child_env import child_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.apart]  # two more JVMs
 
@@ -23,8 +23,7 @@ JOB_COLUMNS = ["cluster", "job_id", "user", "state", "submit_ts", "end_ts", "ela
 
 
 def _ingest(warehouse: Path, *paths: Path, source: str = "sacct") -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")}
-    env["JOBFIT_WAREHOUSE"] = str(warehouse)
+    env = child_env(JOBFIT_WAREHOUSE=str(warehouse))
     cmd = [sys.executable, "-m", "jobs.cli", "-q", "ingest", source, *map(str, paths), "--cluster", "demo"]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

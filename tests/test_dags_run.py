@@ -10,7 +10,6 @@ its Spark session; the DAG's BashOperators start `.venv/bin/jobfit`, each its ow
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.child_env import child_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.apart]  # Airflow's metadata DB, then four jobfit JVMs per run
 
@@ -41,10 +42,8 @@ class Airflow:
 
 
 def _environment(home: Path, drop: Path, warehouse: Path) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("JOBFIT_", "AIRFLOW", "PYSPARK_", "SPARK_"))
-    }
-    env.update(
+    return child_env(
+        drop=("JOBFIT_", "AIRFLOW", "PYSPARK_", "SPARK_"),
         AIRFLOW_HOME=str(home),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
@@ -60,7 +59,6 @@ def _environment(home: Path, drop: Path, warehouse: Path) -> dict[str, str]:
         JOBFIT_MLFLOW__TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
         JOBFIT_OUTBOX=str(home / "outbox"),
     )
-    return env
 
 
 def _drop_one_day(sim: Path, day_dir: Path) -> None:

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from jobs.cli import main
 from jobs.io.tables import read_table
+from tests.child_env import child_env
 from tests.report_month import CLUSTER, MONTH, REPO, BuiltMonth
 from tests.servers import free_port
 
@@ -227,8 +228,7 @@ def test_killed_run_sends_only_the_rest(
     """A run killed (SIGKILL) while sending its second digest: the re-run sends everyone else exactly once."""
     recorder, port = smtp_server
     warehouse = built_month.copy_warehouse(tmp_path / "wh")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")}
-    env |= built_month.env(warehouse, **smtp_env(port), JOBFIT_SPARK__MASTER="local[1]")
+    env = child_env() | built_month.env(warehouse, **smtp_env(port), JOBFIT_SPARK__MASTER="local[1]")
     cmd = [sys.executable, "-m", "jobs.cli", "-q", "emails", "--cluster", CLUSTER, "--month", MONTH, "--send"]
     with (tmp_path / "killed.log").open("w") as log:
         process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True)

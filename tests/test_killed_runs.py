@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from conf import load_cluster
 from jobs.simulator import simulate
+from tests.child_env import child_env
 from tests.rows import delta_tables
 
 pytestmark = [pytest.mark.slow, pytest.mark.apart]  # three more JVMs
@@ -29,8 +30,7 @@ MONTH = "2026-03"
 def _kill_when(warehouse: Path, marker: str, *args: str) -> str:
     """Start `jobfit ARGS` on `warehouse`, SIGKILL it as soon as a file matching `marker` (a glob under the
     warehouse) exists, and return what it had printed. Fails if the run ended before the marker."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFIT_")}
-    env["JOBFIT_WAREHOUSE"] = str(warehouse)
+    env = child_env(JOBFIT_WAREHOUSE=str(warehouse))
     log = warehouse.parent / f"killed-{args[0]}.log"
     with log.open("w") as out:
         process = subprocess.Popen(

@@ -19,6 +19,7 @@ import pytest
 
 from conf import load_cluster
 from jobs.simulator import simulate
+from tests.child_env import child_env
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.apart]  # an S3 server and three more JVMs
@@ -79,19 +80,25 @@ def test_ingest_build_and_query_a_warehouse_on_s3(s3_endpoint: str, jobfit, tmp_
     ]
     driver_dir = tmp_path / "driver"
     driver_dir.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBFIT_", "AWS_"))}
-    env |= CREDENTIALS | {
-        "AWS_REGION": "us-east-1",
-        "JOBFIT_WAREHOUSE": f"s3a://{BUCKET}/warehouse",
-        "JOBFIT_SPARK__MASTER": "local[2]",
-        "JOBFIT_SPARK__DRIVER_MEMORY": "1g",
-        "JOBFIT_SPARK__SHUFFLE_PARTITIONS": "2",
-        "JOBFIT_SPARK__JARS_DIR": str(REPO / ".jars"),
-        # The endpoint is a setting; the keys come from AWS_* above (s3a's environment credentials).
-        "JOBFIT_SPARK__CONF": f"{{spark.hadoop.fs.s3a.endpoint: '{s3_endpoint}', "
-        "spark.hadoop.fs.s3a.path.style.access: 'true', spark.hadoop.fs.s3a.endpoint.region: us-east-1}",
-        "JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    # The endpoint is a setting; the keys come from AWS_* below (s3a's environment credentials).
+    s3a = {
+        "spark.hadoop.fs.s3a.endpoint": s3_endpoint,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
     }
+    env = (
+        child_env(drop=("JOBFIT_", "AWS_"), spark_conf=s3a)
+        | CREDENTIALS
+        | {
+            "AWS_REGION": "us-east-1",
+            "JOBFIT_WAREHOUSE": f"s3a://{BUCKET}/warehouse",
+            "JOBFIT_SPARK__MASTER": "local[2]",
+            "JOBFIT_SPARK__DRIVER_MEMORY": "1g",
+            "JOBFIT_SPARK__SHUFFLE_PARTITIONS": "2",
+            "JOBFIT_SPARK__JARS_DIR": str(REPO / ".jars"),
+            "JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        }
+    )
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [str(Path(sys.executable).parent / "jobfit"), *args]

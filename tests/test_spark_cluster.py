@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from conf import load_cluster
 from jobs.simulator import simulate
+from tests.child_env import child_env
 from tests.rows import delta_tables
 from tests.servers import free_port
 
@@ -35,7 +36,7 @@ SPARK_HOME = Path(__import__("pyspark").__file__).parent
 MONTH = "2026-03"
 # Columns that say when a row was written, not what it holds: a re-run writes them anew.
 # What a user sets for a small standalone cluster (a YAML mapping in one variable: keys keep their case).
-EXECUTOR_CONF = "{spark.executor.memory: 768m, spark.cores.max: '1'}"
+EXECUTOR_CONF = {"spark.executor.memory": "768m", "spark.cores.max": "1"}
 
 
 def _spark_class(cls: str, *args: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -142,14 +143,12 @@ def test_standalone_cluster_builds_the_tables_a_local_run_builds(
     driver_dir = tmp_path / "driver"
     driver_dir.mkdir()
     on_cluster = tmp_path / "on-cluster"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBFIT_", "SPARK_", "PYSPARK_"))}
-    env |= {
+    env = child_env(drop=("JOBFIT_", "SPARK_", "PYSPARK_"), spark_conf=EXECUTOR_CONF) | {
         "JOBFIT_WAREHOUSE": str(on_cluster),
         "JOBFIT_SPARK__MASTER": master_url,
         "JOBFIT_SPARK__DRIVER_MEMORY": "1g",
         "JOBFIT_SPARK__SHUFFLE_PARTITIONS": "2",
         "JOBFIT_SPARK__JARS_DIR": str(REPO / ".jars"),
-        "JOBFIT_SPARK__CONF": EXECUTOR_CONF,
         "JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": str(_executor_python(tmp_path)),

@@ -22,6 +22,7 @@ from jobs.cli import main
 from jobs.context import Context
 from jobs.io.tables import register_tables, table_path
 from pipelines.schemas import OPS_EMAIL_LEDGER
+from tests.child_env import child_env
 from tests.conftest import CliResult
 from tests.report_month import BuiltMonth
 from tests.servers import free_port
@@ -49,8 +50,7 @@ spark.stop()
 
 
 def _server_env(warehouse: Path, built_month: BuiltMonth) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBFIT_", "SPARK_"))}
-    return base | built_month.env(
+    return child_env(drop=("JOBFIT_", "SPARK_")) | built_month.env(
         warehouse,
         JOBFIT_SPARK__MASTER="local[1]",
         JOBFIT_SPARK__DRIVER_MEMORY="1g",
