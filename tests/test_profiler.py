@@ -14,7 +14,14 @@ import pytest
 
 from conf import load_settings
 from jobs.stages.ingest.profiler import scan_trace
-from pipelines.gold.bottlenecks.analyze import analyze_rank, user_frame_of_stack
+from pipelines.gold.bottlenecks.analyze import (
+    Finding,
+    RankAnalysis,
+    analyze_rank,
+    collective_waits,
+    job_findings,
+    user_frame_of_stack,
+)
 from pipelines.gold.bottlenecks.breakdown import gpu_breakdown, prepare
 from pipelines.silver.profiler import (
     EVENT_COLUMNS,
@@ -280,3 +287,63 @@ def test_gpu_breakdown_agrees_with_hta_within_one_point(name: str) -> None:
         (pct["idle"], pct["compute"], pct["non_compute"]), HTA_TEMPORAL[name], strict=True
     ):
         assert abs(ours - theirs) <= 1.0
+
+
+def _rank(rank: int, collectives: list[tuple[float, float, bool]], comm_pct: float) -> RankAnalysis:
+    """A rank of 4 steps of 10 ms whose uncorrected communication_bound is `comm_pct`."""
+    found = [Finding("communication_bound", rank, comm_pct, "NCCL kernels", "fix", None, {})]
+    breakdown = dict.fromkeys(
+        ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other"), 0.0
+    )
+    return RankAnalysis(
+        rank,
+        4,
+        "profiler_step",
+        10_000.0,
+        0.0,
+        breakdown,
+        None,
+        None,
+        10,
+        True,
+        False,
+        found,
+        [],
+        collectives,
+    )
+
+
+def test_waiting_for_a_slow_rank_is_its_straggler_finding_not_communication() -> None:
+    # Two collectives a step; rank 2 arrives last, so its kernels (1 ms) are the transfer and ranks 0 and 1
+    # wait 2 ms in each (all exposed): their 6 ms of exposed NCCL a 10 ms step is 4 ms waiting, 2 transfer.
+    fast = [(3_000.0, 3_000.0, True)] * 8
+    slow = [(1_000.0, 1_000.0, True)] * 8
+    ranks = [_rank(0, fast, 30.0), _rank(1, fast, 30.0), _rank(2, slow, 10.0)]
+    assert collective_waits(ranks) == {0: [2_000.0] * 8, 1: [2_000.0] * 8, 2: [0.0] * 8}
+    kinds = {f.kind: f for f in job_findings(ranks, {0: "a", 1: "a", 2: "b"}, SETTINGS)}
+    # communication: 1 ms transfer a collective, 2 a step = 20 % on every rank.
+    assert kinds["communication_bound"].share_pct == pytest.approx(20.0)
+    # straggler: the others wait 4 ms a step for rank 2; its 10 ms step would be 6 ms (ratio 1.67 >= 1.2).
+    lag = kinds["straggler"]
+    assert lag.rank == 2 and lag.share_pct == pytest.approx(40.0) and "node (b)" in lag.fix
+
+
+def test_collectives_are_not_matched_when_the_ranks_recorded_different_windows() -> None:
+    # Counts further apart than one step's collectives: no matching, the ranks' own findings stand, and the
+    # step-time straggler rule (equal steps) finds none.
+    ranks = [_rank(0, [(3_000.0, 3_000.0, True)] * 8, 30.0), _rank(1, [(1_000.0, 1_000.0, True)] * 5, 10.0)]
+    assert collective_waits(ranks) is None
+    kinds = {f.kind: f.share_pct for f in job_findings(ranks, {}, SETTINGS)}
+    assert kinds == {"communication_bound": pytest.approx(20.0)}
+
+
+def test_the_two_real_ranks_keep_their_transfer_as_communication() -> None:
+    # HTA's sampled ranks 0 and 1 (of 128): ten collectives each, matched; the waiting comes out of the
+    # exposed NCCL time, the transfer left is still above 10 % of the step.
+    a, b = _analyse("hta_trace_filter_sampled_rank-0"), _analyse("hta_trace_filter_sampled_rank-1")
+    assert len(a.collectives) == len(b.collectives) == 10 and collective_waits([a, b]) is not None
+    found = {f.kind: f for f in job_findings([a, b], {0: "h0", 1: "h1"}, SETTINGS)}
+    raw = [f.share_pct for r in (a, b) for f in r.findings if f.kind == "communication_bound"]
+    comm = found["communication_bound"]
+    assert len(raw) == 2 and SETTINGS.communication_pct <= comm.share_pct < sum(raw) / 2
+    assert "waiting for the other ranks" in comm.evidence

@@ -90,17 +90,16 @@ def test_truth_has_mild_causes_and_healthy_jobs(scored) -> None:
 
 # Measured on this sample (N_JOBS, SEED: see the table this test prints; docs/bottlenecks.md gives the 500-job
 # figures), minus a margin. The issue's goal (>= 0.90 everywhere, nothing on healthy jobs) is not reached for
-# communication_bound (a rank's NCCL kernel waiting for its peers counts as exposed communication),
-# straggler (synchronous training makes the ranks' step times equal), low_tensor_core (FP32 GEMMs are
-# flagged even where AMP would not shorten the step) and, at the 10 % boundary, memcpy_bound and launch_bound.
+# low_tensor_core (FP32 GEMMs are flagged even where AMP would not shorten the step), communication_bound
+# (one false finding of three here) and, at the 10 % boundary, memcpy_bound and launch_bound. The sample has
+# no straggler worth 10 % (the 500-job bench has 15; tests/test_profiler.py checks the rule on matched ranks).
 FLOORS = {
     "input_bound": (0.90, 0.90),
     "memcpy_bound": (0.70, 0.90),
     "sync_bound": (0.85, 0.85),
     "launch_bound": (0.90, 0.70),
     "low_tensor_core": (0.55, 0.90),
-    "communication_bound": (0.15, 0.90),
-    "straggler": (0.0, 0.0),
+    "communication_bound": (0.60, 0.90),
 }
 
 
@@ -112,7 +111,8 @@ def test_findings_against_the_truth(scored) -> None:
         assert p is None or p >= p_min, (kind, p)
         assert r is None or r >= r_min, (kind, r)
     assert score.fp.get("low_occupancy", 0) == 0 and score.fp.get("idle_gpu", 0) <= 1
-    assert score.healthy_with_finding <= 0.2 * score.healthy_jobs  # measured 4 of 26
+    assert score.fp.get("straggler", 0) == 0
+    assert score.healthy_with_finding <= 0.1 * score.healthy_jobs  # measured 2 of 26
     assert score.lines_right >= 0.95 * score.lines_checked  # measured 40 of 40
 
 

@@ -87,6 +87,10 @@ class RankAnalysis:
     has_stacks: bool
     findings: list[Finding]
     notes: list[str]
+    # Each NCCL kernel of the trace, in time order: (its µs, its µs not overlapped with compute, whether it
+    # starts in the steps). A collective's kernel on a rank runs from that rank's arrival to the last rank's
+    # arrival plus the transfer, so across ranks the shortest is the transfer, the rest waits.
+    collectives: list[tuple[float, float, bool]] = field(default_factory=list)
 
 
 def parse_frame(text: str) -> Frame | None:
@@ -187,6 +191,41 @@ def _window_time(df: pd.DataFrame, steps: list[tuple[float, float]]) -> float:
     )
 
 
+def _covered(ranges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per interval [start, end), its length covered by `ranges` (sorted, disjoint)."""
+    if not ranges.size:
+        return np.zeros(len(starts))
+    lengths = ranges[:, 1] - ranges[:, 0]
+    cum = np.concatenate([[0.0], np.cumsum(lengths)])
+
+    def below(x: np.ndarray) -> np.ndarray:  # covered length before x
+        i = np.searchsorted(ranges[:, 0], x, side="right") - 1
+        j = np.clip(i, 0, None)
+        inside = np.clip(x - ranges[j, 0], 0.0, lengths[j])
+        return np.where(i >= 0, cum[j] + inside, 0.0)
+
+    return below(ends) - below(starts)
+
+
+def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> list[tuple[float, float, bool]]:
+    """Every NCCL kernel of the rank's trace, in time order: (µs, µs not overlapped with a compute kernel,
+    whether it starts inside the steps). All of them, not only those in the steps: ranks may keep different
+    steps (a cut last step), and collectives are matched across ranks by their order."""
+    kernels = ev[ev["kind"] == "kernel"]
+    if kernels.empty:
+        return []
+    comm_mask = kernels["name"].str.contains(COMM_KERNEL_RE.pattern, case=False, regex=True).to_numpy()
+    comm = kernels[comm_mask].sort_values("ts_us", kind="stable")
+    if comm.empty:
+        return []
+    comp = kernels[~comm_mask]
+    comp_r = merge(comp["ts_us"].to_numpy(), comp["end_us"].to_numpy())
+    a, b = comm["ts_us"].to_numpy(dtype=float), comm["end_us"].to_numpy(dtype=float)
+    exposed = (b - a) - _covered(comp_r, a, b)
+    inside = comm.index.isin(_in_steps(comm, steps).index)
+    return [(float(d), float(x), bool(i)) for d, x, i in zip(b - a, exposed, inside, strict=True)]
+
+
 def _idle_opened_by(
     sync: pd.DataFrame, ev: pd.DataFrame, steps: list[tuple[float, float]]
 ) -> tuple[float, np.ndarray]:
@@ -249,6 +288,7 @@ def analyze_rank(
         has_stacks=finder.has_any,
         findings=findings,
         notes=notes,
+        collectives=collectives_of(ev, steps.ranges) if has_gpu and sb.steps else [],
     )
 
 
@@ -452,26 +492,122 @@ def _rank_findings(
     return out
 
 
+def _median_of_others(values: dict[int | None, float], rank: int | None) -> float:
+    return statistics.median(v for k, v in values.items() if k != rank)
+
+
 def straggler(
     ranks: list[RankAnalysis], hosts: dict[int | None, str | None], s: BottleneckSettings
 ) -> Finding | None:
-    """The slowest rank when its mean step is at least `straggler_ratio` × the median rank's."""
-    timed = [r for r in ranks if r.steps and r.mean_step_us > 0 and r.rank is not None]
+    """The slowest rank when its mean step is at least `straggler_ratio` × the median of the other ranks'
+    (ranks whose collectives could not be matched: their step times differ only if they do not wait for
+    each other)."""
+    timed = {r.rank: r.mean_step_us for r in ranks if r.steps and r.mean_step_us > 0 and r.rank is not None}
     if len(timed) < 2:
         return None
-    median = statistics.median(r.mean_step_us for r in timed)
-    slow = max(timed, key=lambda r: r.mean_step_us)
-    ratio = slow.mean_step_us / median
+    slow = max(timed, key=lambda k: timed[k])
+    median = _median_of_others(timed, slow)
+    ratio = timed[slow] / median
     if ratio < s.straggler_ratio:
         return None
-    share = 100.0 * (slow.mean_step_us - median) / slow.mean_step_us
     return Finding(
         "straggler",
-        slow.rank,
-        share,
-        f"rank {slow.rank} mean step {slow.mean_step_us / 1000:.1f} ms vs median {median / 1000:.1f} ms over "
-        f"{len(timed)} ranks",
-        RULES["straggler"].fix.format(rank=slow.rank, ratio=ratio, host=hosts.get(slow.rank) or "unknown"),
+        slow,
+        100.0 * (timed[slow] - median) / timed[slow],
+        f"rank {slow} mean step {timed[slow] / 1000:.1f} ms vs the other ranks' median "
+        f"{median / 1000:.1f} ms over {len(timed)} ranks",
+        RULES["straggler"].fix.format(rank=slow, ratio=ratio, host=hosts.get(slow) or "unknown"),
+        None,
+        {"ratio": ratio},
+    )
+
+
+def collective_waits(ranks: list[RankAnalysis]) -> dict[int | None, list[float]] | None:
+    """Per rank, the µs each of its collectives waited for the other ranks: its NCCL kernel minus the
+    shortest kernel of the same collective over the ranks (the last to arrive waits for nobody). Collectives
+    are matched by their order from the start of the traces, over as many as every rank recorded: the
+    profiler may cut one rank's last step short, so counts may differ by at most one step's collectives.
+    None with fewer than two ranks (each with its rank number) or counts further apart."""
+    if len(ranks) < 2 or any(r.rank is None or not r.steps for r in ranks):
+        return None
+    counts = [len(r.collectives) for r in ranks]
+    n = min(counts)
+    per_step = max(sum(1 for c in r.collectives if c[2]) / r.steps for r in ranks)
+    if n == 0 or max(counts) - n > per_step:
+        return None
+    shortest = np.min(np.array([[c[0] for c in r.collectives[:n]] for r in ranks]), axis=0).tolist()
+    return {r.rank: [c[0] - t for c, t in zip(r.collectives, shortest, strict=False)] for r in ranks}
+
+
+def _waiting(r: RankAnalysis, waits: list[float], in_steps: bool = False) -> float:
+    """The µs of the rank's exposed NCCL time (not overlapped with compute) spent waiting for its peers, over
+    the matched collectives (all, or those that start in the steps)."""
+    return sum(
+        min(exposed, w)
+        for (_, exposed, inside), w in zip(r.collectives, waits, strict=False)
+        if inside or not in_steps
+    )
+
+
+def _communication_without_waiting(
+    r: RankAnalysis, waits: list[float], s: BottleneckSettings
+) -> list[Finding]:
+    """The rank's findings with `communication_bound` judged on the transfer alone: the exposed NCCL time
+    less the time its kernels waited for the other ranks (that is the slowest rank's, see `straggler`)."""
+    others = [f for f in r.findings if f.kind != "communication_bound"]
+    found = next((f for f in r.findings if f.kind == "communication_bound"), None)
+    step_total = r.mean_step_us * r.steps
+    if found is None or step_total <= 0:
+        return r.findings
+    exposed = sum(x for _, x, inside in r.collectives if inside)
+    waited = _waiting(r, waits, in_steps=True)  # an unmatched last collective counts as transfer
+    pct = 100.0 * (exposed - waited) / step_total
+    if pct < s.communication_pct:
+        return others
+    waited_pct = 100.0 * waited / step_total
+    return [
+        *others,
+        Finding(
+            "communication_bound",
+            r.rank,
+            pct,
+            f"{found.evidence}; of it {waited_pct:.1f} % of step time waiting for the other ranks (matched "
+            f"collectives; not counted), {pct:.1f} % exposed transfer",
+            RULES["communication_bound"].fix.format(exposed_pct=pct, where=_where(found.frame)),
+            found.frame,
+            {**found.figures, "exposed_pct": pct, "waiting_pct": waited_pct},
+        ),
+    ]
+
+
+def straggler_by_waiting(
+    ranks: list[RankAnalysis],
+    waits: dict[int | None, list[float]],
+    hosts: dict[int | None, str | None],
+    s: BottleneckSettings,
+) -> Finding | None:
+    """In synchronous training every step lasts as long as the slowest rank's work: the other ranks wait for
+    it inside the collectives. The rank that waits least is the slowest; what the other ranks' median waits
+    more than it, per step, is what it costs the job. It is a straggler when its step is at least
+    `straggler_ratio` × the step it would have without that (the others' median work)."""
+    total = {r.rank: _waiting(r, waits[r.rank]) for r in ranks}
+    if len(total) < 2:
+        return None
+    slow_rank = min(total, key=lambda k: total[k])
+    slow = next(r for r in ranks if r.rank == slow_rank)
+    per_step = sum(1 for c in slow.collectives if c[2]) / slow.steps  # collectives per step
+    lost = (_median_of_others(total, slow_rank) - total[slow_rank]) / len(waits[slow_rank]) * per_step
+    step = slow.mean_step_us
+    if lost <= 0 or lost >= step or step / (step - lost) < s.straggler_ratio:
+        return None
+    ratio = step / (step - lost)
+    return Finding(
+        "straggler",
+        slow_rank,
+        100.0 * lost / step,
+        f"the other {len(total) - 1} ranks wait for rank {slow_rank} {lost / 1000:.1f} ms per step in "
+        f"their collectives (median over them, matched collectives; step {step / 1000:.1f} ms)",
+        RULES["straggler"].fix.format(rank=slow_rank, ratio=ratio, host=hosts.get(slow_rank) or "unknown"),
         None,
         {"ratio": ratio},
     )
@@ -482,11 +618,14 @@ def job_findings(
 ) -> list[Finding]:
     """A job's findings: one per kind (the rank where it is largest, its share the mean over the job's GPU
     ranks, absent ones counting 0), plus `straggler` across ranks; `idle_gpu` only where nothing else
-    holds."""
+    holds. When the ranks' collectives match (`collective_waits`), the time a rank's NCCL kernels waited for
+    the others is taken out of its `communication_bound` and charged to the slowest rank as `straggler`."""
     gpu_ranks = [r for r in ranks if r.has_gpu and r.steps]
+    waits = collective_waits(gpu_ranks)
     by_kind: dict[str, list[Finding]] = {}
     for r in gpu_ranks:
-        for f in r.findings:
+        found = r.findings if waits is None else _communication_without_waiting(r, waits[r.rank], s)
+        for f in found:
             by_kind.setdefault(f.kind, []).append(f)
     out = []
     for kind, found in by_kind.items():
@@ -504,7 +643,9 @@ def job_findings(
                 worst.figures,
             )
         )
-    lag = straggler(gpu_ranks, hosts, s)
+    lag = (
+        straggler(gpu_ranks, hosts, s) if waits is None else straggler_by_waiting(gpu_ranks, waits, hosts, s)
+    )
     if lag is not None:
         out.append(lag)
     if any(f.kind != "idle_gpu" for f in out):
