@@ -34,6 +34,9 @@ INGEST_ORDER = (
 # Share of the simulated training jobs that leave torch.profiler traces (small, so ingest and analysis stay
 # quick).
 DEMO_PROFILED_SHARE = 0.05
+# Share of the GPU hosts whose dcgm-exporter also exports the DCGM profiling fields: the jobs without a trace
+# get findings from those counters (docs/bottlenecks.md, "Jobs without a trace").
+DEMO_DCGM_PROF_SHARE = 0.5
 # Each source's options as `jobfit ingest` defaults them.
 INGEST_OPTIONS: dict[str, dict[str, Any]] = {"sacct": {"fmt": None}, "logs": {"tail_kb": DEFAULT_TAIL_KB}}
 
@@ -55,7 +58,15 @@ def _bottlenecks(ctx: Context, cluster: str, month: str, out: Path) -> dict[str,
     by_kind: dict[str, int] = {}
     for f in found:
         by_kind[f["kind"]] = by_kind.get(f["kind"], 0) + 1
-    return {"jobs": len(result["jobs"]), "findings": len(found), "by_kind": by_kind, "top": found[:5]}
+    traced = sum(1 for f in found if f["source"] != "dcgm")
+    return {
+        "jobs": len(result["jobs"]),
+        "findings": len(found),
+        "from_traces": traced,
+        "from_counters": len(found) - traced,
+        "by_kind": by_kind,
+        "top": found[:5],
+    }
 
 
 def _failures(ctx: Context, cluster: str, month: str, out: Path) -> dict[str, Any]:
@@ -212,12 +223,17 @@ def _headline(step: Step) -> str:
         return f": {r.get('jobs')} jobs diagnosed ({causes}), ${r.get('lost_usd', 0):,.0f} lost"
     if step.command == "bottlenecks" and "top" in r:
         kinds = ", ".join(f"{k} {n}" for k, n in r["by_kind"].items())
-        lines = [f": {r['jobs']} profiled jobs, {r['findings']} findings ({kinds or 'none'})"]
+        lines = [
+            f": {r['jobs']} jobs, {r['findings']} findings ({r['from_traces']} from profiler traces, "
+            f"{r['from_counters']} from DCGM counters: {kinds or 'none'})"
+        ]
         for f in r["top"]:
             where = f" at {f['file']}:{f['line']}" if f["file"] else ""
             hours = f["gpu_hours_recoverable"]
             cost = f", {hours:.1f} GPU-h" if hours is not None else ""
-            lines.append(f"      {f['job_id']}: {f['kind']} {f['share_pct']:.0f} % of step time{cost}{where}")
+            of = "of step time" if f["source"] != "dcgm" else "of its GPU time (DCGM counters)"
+            share = f"{f['share_pct']:.0f} % {of}"
+            lines.append(f"      {f['job_id']}: {f['kind']} {share}{cost}{where}")
         return "\n".join(lines)
     if step.command == "report" and r.get("reports"):
         return "".join(f": {x['path']} ({x['pages']} pages)" for x in r["reports"])
@@ -307,6 +323,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         dcgm_interval_s=DEFAULT_INTERVAL_S,
         progress=ctx.progress,
         profiled_share=DEMO_PROFILED_SHARE,
+        dcgm_prof_share=DEMO_DCGM_PROF_SHARE,
     )
     report.simulation = sim.as_dict()
     for folder, source in INGEST_ORDER:
