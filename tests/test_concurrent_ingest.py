@@ -91,3 +91,28 @@ def test_the_same_dcgm_file_twice_at_once_lands_once(
     samples = table("silver/gpu_samples")
     assert samples.count() > 0
     assert samples.groupBy(*key).count().where(F.col("count") > 1).count() == 0
+
+
+def test_the_same_trace_twice_at_once_lands_once(
+    spark: SparkSession, tmp_path: Path, real_data: Path
+) -> None:
+    """Two runs land the same rank trace at once: each replaces all of the trace's events in one commit, the
+    later conflicts and is tried again, so the events land once and no staging is left."""
+    trace = tmp_path / "hta_trace_filter_sampled_rank-1.json.gz"
+    trace.write_bytes((real_data / "profiler" / trace.name).read_bytes())
+    together = tmp_path / "together"
+    runs = [_ingest(together, trace, source="profiler") for _ in range(2)]
+    try:
+        for run in runs:
+            _, err = run.communicate(timeout=600)
+            assert run.returncode == 0, err[-3000:]
+            assert "Traceback" not in err
+    finally:
+        for run in runs:
+            run.kill()
+    events = spark.read.format("delta").load(str(together / "silver/profiler_events"))
+    assert events.count() == 4676
+    assert events.groupBy("cluster", "trace_id", "event_no").count().where(F.col("count") > 1).count() == 0
+    traces = spark.read.format("delta").load(str(together / "silver/profiler_traces"))
+    assert traces.count() == 1
+    assert not any((together / "_staging").rglob("*.parquet"))

@@ -185,3 +185,21 @@ def test_bad_arguments_exit_2_with_one_line(jobfit, tmp_path: Path) -> None:
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
     r = jobfit("ingest", "profiler", str(tmp_path / "missing.json"), "--cluster", "demo")
     assert r.code == 2 and "no such file" in r.err
+
+
+def test_a_trace_in_many_batches_lands_in_one_commit_and_leaves_no_staging(
+    jobfit, spark, warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs.stages.ingest import profiler
+
+    monkeypatch.setattr(profiler, "EVENT_BATCH", 1000)  # the real rank's 4,811 events in five batches
+    trace = tmp_path / "hta_trace_filter_sampled_rank-0.json.gz"
+    shutil.copy(REAL / trace.name, trace)
+    r = jobfit("ingest", "profiler", str(trace), "--cluster", "demo", "--job", "778", "--json")
+    assert r.code == 0, r.err
+    events = _table(spark, warehouse, "silver.profiler_events")
+    assert events.count() == json.loads(r.out)["inserted"] == 4811
+    assert events.select("event_no").distinct().count() == 4811
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'silver' / 'profiler_events'}`")
+    assert history.where("operation = 'WRITE'").count() == 1  # one replace of the trace's rows
+    assert not any((warehouse / "_staging").rglob("*.parquet"))

@@ -197,6 +197,13 @@ def _retrying(
     return dict(mine["operationMetrics"] or {}) if mine is not None else None
 
 
+def remove_path(spark: SparkSession, path: str) -> None:
+    """Delete a folder of the warehouse (a local path or any Hadoop URI: s3a://, abfss://) and its files."""
+    sc = spark.sparkContext
+    target = sc._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+    target.getFileSystem(sc._jsc.hadoopConfiguration()).delete(target, True)  # type: ignore[union-attr]
+
+
 def sql_string(value: str) -> str:
     """`value` as a Spark SQL string literal (backslashes and quotes escaped), for predicates in text."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
@@ -207,17 +214,27 @@ def month_predicate(cluster: str, month: str) -> str:
     return f"cluster = {sql_string(cluster)} AND month = {sql_string(month)}"
 
 
-def replace_where(spark: SparkSession, settings: Settings, name: str, df: DataFrame, predicate: str) -> None:
-    """Overwrite exactly the rows matching `predicate` (e.g. one cluster-month) with `df`: rerunnable."""
+def replace_where(
+    spark: SparkSession, settings: Settings, name: str, df: DataFrame, predicate: str, retry: bool = False
+) -> None:
+    """Overwrite exactly the rows matching `predicate` (e.g. one cluster-month) with `df`: rerunnable. With
+    `retry`, a commit refused because another writer committed meanwhile is tried again (`_retrying`)."""
     spec = spec_for(name)
-    ensure_table(spark, settings, spec)
-    (
-        conform(df, spec)
-        .write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", predicate)
-        .save(table_path(settings, name))
-    )
+
+    def attempt() -> None:
+        ensure_table(spark, settings, spec)
+        (
+            conform(df, spec)
+            .write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", predicate)
+            .save(table_path(settings, name))
+        )
+
+    if retry:
+        _retrying(spark, settings, name, "WRITE", attempt)
+    else:
+        attempt()
 
 
 def register_tables(spark: SparkSession, settings: Settings, keep: bool = False) -> list[str]:

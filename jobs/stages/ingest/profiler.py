@@ -17,6 +17,7 @@ import json
 import shutil
 import sys
 import tempfile
+import uuid
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,15 @@ import pandas as pd
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
-from jobs.io.tables import append_rows, merge_into, read_table, replace_where, sql_string
+from jobs.io.tables import (
+    conform,
+    merge_into,
+    read_table,
+    remove_path,
+    replace_where,
+    sql_string,
+    warehouse_root,
+)
 from jobs.stages.ingest.common import (
     GZIP_MAGIC,
     IngestReport,
@@ -301,17 +310,29 @@ def _land_trace(
     meta = scanned.meta or TraceMeta()
     tally, rejects = EventTally(), []
     where = f"cluster = {sql_string(cluster)} AND trace_id = {sql_string(scanned.sha256)}"
-    first = True
-    with _open(scanned.path) as stream:
-        for pdf in _batches(read_trace_events(stream, tally), rejects):
-            frame = spark.createDataFrame(pdf).select(
-                F.lit(cluster).alias("cluster"), F.lit(scanned.sha256).alias("trace_id"), "*"
-            )
-            if first:  # a run cut short earlier may have left some of this trace's events: replace them
-                replace_where(spark, settings, SILVER_PROFILER_EVENTS.name, frame, where)
-                first = False
-            else:
-                append_rows(spark, settings, SILVER_PROFILER_EVENTS.name, frame)
+    # The events stream in batches (a trace may hold gigabytes) into a staging folder of this run, then
+    # replace the trace's rows in one commit: a run cut short earlier leaves nothing half-landed, and two
+    # runs landing the same trace at once each replace all of it (the later commit conflicts and is tried
+    # again), so its events land once.
+    staging = f"{warehouse_root(settings)}/_staging/profiler/{scanned.sha256[:16]}-{uuid.uuid4().hex}"
+    staged = False
+    try:
+        with _open(scanned.path) as stream:
+            for pdf in _batches(read_trace_events(stream, tally), rejects):
+                frame = spark.createDataFrame(pdf).select(
+                    F.lit(cluster).alias("cluster"), F.lit(scanned.sha256).alias("trace_id"), "*"
+                )
+                conform(frame, SILVER_PROFILER_EVENTS).write.mode("append").parquet(staging)
+                staged = True
+        events = (
+            spark.read.parquet(staging)
+            if staged
+            else spark.createDataFrame([], SILVER_PROFILER_EVENTS.schema)
+        )
+        replace_where(spark, settings, SILVER_PROFILER_EVENTS.name, events, where, retry=True)
+    finally:
+        if staged:
+            remove_path(spark, staging)
     for r in rejects:
         quarantine.append((cluster, "profiler", scanned.name, r.event_no + 1, r.raw, r.reason, now))
     host, pid = meta.host, None
