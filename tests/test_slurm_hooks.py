@@ -337,3 +337,22 @@ def test_cli_filter_option_parsers(tmp_path: Path) -> None:
     assert {k: values[f"t{k}"] for k in times} == {
         k: "nil" if v is None else str(v) for k, v in times.items()
     }
+
+
+def test_cli_filter_leaves_job_steps_alone(server: tuple[int, list, dict], tmp_path: Path) -> None:
+    port, seen, _ = server
+    srun = f"""
+JOBFIT_CLI.url = 'http://127.0.0.1:{port}/v1/recommend'
+out('rc', slurm_cli_pre_submit({{type='srun', mem='64G', jobid=JOBID, argv={{'python', 'train.py'}}}}, 0))
+"""
+    env = {"SLURM_JOB_ID": "", "SLURM_JOBID": ""}  # as on a login node, whatever runs the tests
+    # srun on a login node, no allocation: a new job, advised (the files it names asked for first).
+    values, logs, _ = run_lua(CLI_FILTER, srun.replace("JOBID", "'unset'"), tmp_path, env=env)
+    assert values["rc"] == "0" and [s["path"] for s in seen] == ["/v1/workload/files", "/v1/recommend"]
+    # A step of a running job (inside sbatch/salloc, or srun --jobid): no request, no advice.
+    seen.clear()
+    step = {"SLURM_JOB_ID": "42", "SLURM_JOBID": "42"}
+    values, logs, _ = run_lua(CLI_FILTER, srun.replace("JOBID", "'unset'"), tmp_path, env=step)
+    assert values["rc"] == "0" and logs == [] and seen == []
+    values, logs, _ = run_lua(CLI_FILTER, srun.replace("JOBID", "'42'"), tmp_path, env=env)
+    assert values["rc"] == "0" and logs == [] and seen == []

@@ -494,7 +494,23 @@ function slurm_cli_setup_defaults(options, early)
     return slurm.SUCCESS
 end
 
+-- An srun inside an allocation (a batch script's steps, srun under salloc, `srun --jobid`) starts a step of
+-- a job already sized and running: nothing to advise, and no request to delay each step with.
+local function is_a_step(options)
+    if options.type ~= "srun" then
+        return false
+    end
+    local jobid = opt(options, "jobid") -- Slurm's getter reads "unset" when --jobid was not given
+    if jobid ~= nil and jobid ~= "unset" then
+        return true
+    end
+    return (os.getenv("SLURM_JOB_ID") or os.getenv("SLURM_JOBID") or "") ~= ""
+end
+
 function slurm_cli_pre_submit(options, pack_offset)
+    if is_a_step(options) then
+        return slurm.SUCCESS
+    end
     local ok, err = pcall(advise, options)
     if not ok then
         log_debug("jobfit: advice skipped: %s", tostring(err))
