@@ -203,3 +203,27 @@ def test_a_trace_in_many_batches_lands_in_one_commit_and_leaves_no_staging(
     history = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'silver' / 'profiler_events'}`")
     assert history.where("operation = 'WRITE'").count() == 1  # one replace of the trace's rows
     assert not any((warehouse / "_staging").rglob("*.parquet"))
+
+
+def test_a_killed_runs_staging_is_removed_by_a_later_run_and_a_live_one_is_kept(
+    jobfit, warehouse: Path, tmp_path: Path
+) -> None:
+    import os
+    import time
+
+    from jobs.stages.ingest.profiler import STAGING_MAX_AGE_S
+
+    staging = warehouse / "_staging" / "profiler"
+    killed, live = staging / "0123456789abcdef-killed", staging / "fedcba9876543210-live"
+    for folder in (killed, live):
+        folder.mkdir(parents=True)
+        (folder / "part-00000.parquet").write_bytes(b"PAR1")
+    old = time.time() - STAGING_MAX_AGE_S - 600
+    os.utime(killed / "part-00000.parquet", (old, old))
+    os.utime(killed, (old, old))
+    trace = tmp_path / "trace.json"
+    write_trace(trace, input_bound_trace())
+    r = jobfit("ingest", "profiler", str(trace), "--cluster", "demo", "--job", "779")
+    assert r.code == 0, r.err
+    assert not killed.exists() and "killed over a day ago" in r.err
+    assert (live / "part-00000.parquet").exists()  # a run still writing there keeps its folder

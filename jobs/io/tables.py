@@ -204,6 +204,31 @@ def remove_path(spark: SparkSession, path: str) -> None:
     target.getFileSystem(sc._jsc.hadoopConfiguration()).delete(target, True)  # type: ignore[union-attr]
 
 
+def sweep_stale(spark: SparkSession, folder: str, max_age_s: float) -> list[str]:
+    """Delete the sub-folders of `folder` in which nothing was written for `max_age_s` seconds (what runs
+    killed mid-way left behind); the deleted paths. A sub-folder's age is that of its newest file (object
+    stores give folders no time of their own), so a run still writing keeps its folder."""
+    sc = spark.sparkContext
+    jvm = sc._jvm  # type: ignore[union-attr]
+    root = jvm.org.apache.hadoop.fs.Path(folder)
+    fs = root.getFileSystem(sc._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    if not fs.exists(root):
+        return []
+    cutoff_ms = (time.time() - max_age_s) * 1000
+    swept = []
+    for child in fs.listStatus(root):
+        if not child.isDirectory():
+            continue
+        newest = child.getModificationTime()
+        files = fs.listFiles(child.getPath(), True)
+        while files.hasNext():
+            newest = max(newest, files.next().getModificationTime())
+        if newest < cutoff_ms:
+            fs.delete(child.getPath(), True)
+            swept.append(str(child.getPath()))
+    return swept
+
+
 def sql_string(value: str) -> str:
     """`value` as a Spark SQL string literal (backslashes and quotes escaped), for predicates in text."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

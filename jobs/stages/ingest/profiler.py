@@ -36,6 +36,7 @@ from jobs.io.tables import (
     remove_path,
     replace_where,
     sql_string,
+    sweep_stale,
     warehouse_root,
 )
 from jobs.stages.ingest.common import (
@@ -69,6 +70,8 @@ from pipelines.silver.profiler import (
 from pipelines.units import expand_hostlist
 
 EVENT_BATCH = 200_000  # events per Delta write: bounds the driver's memory
+# A staging folder nothing was written to for a day belongs to a run that was killed: the next run deletes it.
+STAGING_MAX_AGE_S = 24 * 3600
 _CHUNK = 1 << 20
 _PANDAS_TYPES = {"long": "Int64", "int": "Int32", "double": "float64", "string": "object"}
 
@@ -245,6 +248,8 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
         raise UsageError("--job must not be empty")
     report = IngestReport(source="profiler", cluster=cluster)
     spark, now = ctx.spark, ctx.now()
+    for folder in sweep_stale(spark, _staging_root(ctx), STAGING_MAX_AGE_S):
+        ctx.progress(f"profiler: removed {folder}, left by a run killed over a day ago")
     with tempfile.TemporaryDirectory(prefix="jobfit-profiler-") as spool:
         inputs = _inputs(paths, Path(spool))
         report.files = len(inputs)
@@ -314,7 +319,7 @@ def _land_trace(
     # replace the trace's rows in one commit: a run cut short earlier leaves nothing half-landed, and two
     # runs landing the same trace at once each replace all of it (the later commit conflicts and is tried
     # again), so its events land once.
-    staging = f"{warehouse_root(settings)}/_staging/profiler/{scanned.sha256[:16]}-{uuid.uuid4().hex}"
+    staging = f"{_staging_root(ctx)}/{scanned.sha256[:16]}-{uuid.uuid4().hex}"
     staged = False
     try:
         with _open(scanned.path) as stream:
@@ -382,6 +387,11 @@ def _land_trace(
         + (f" to job {job_id}" if job_id else f" ({detail})")
     )
     return {"events": tally.kept, "rejected": tally.rejected, "attribution": how}
+
+
+def _staging_root(ctx: Context) -> str:
+    """Where runs stage a trace's events before the one commit that lands them."""
+    return f"{warehouse_root(ctx.settings)}/_staging/profiler"
 
 
 def _events_path(ctx: Context) -> str:
