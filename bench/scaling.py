@@ -1,5 +1,5 @@
 """How time and memory grow with a cluster's month: ingest (every source), build and train at several sizes
-of simulated month, a power law fitted to each stage, and a projection to a 10M-job, 1B-sample month.
+of simulated month, the growth fitted per stage, and a projection to a 10M-job, 1B-sample month.
 
     .venv/bin/python bench/scaling.py                           # 10k, 100k and 1M jobs (hours on 2 cores)
     .venv/bin/python bench/scaling.py --sizes 10000,30000,100000
@@ -9,12 +9,15 @@ Each stage runs as a fresh `jobfit` process (Spark start-up included, as the dai
 default settings (driver memory, shuffle partitions) unless JOBFIT_* variables say otherwise; its seconds
 and the peak RSS of its Python and JVM are recorded. Telemetry grows with the jobs: the simulator writes
 one DCGM scrape per GPU every `--dcgm-interval` seconds of each job's run (default: the simulator's own,
-600 s), so DCGM samples are in proportion to GPU-hours. The fit is log-log least squares, time = a · n^b,
-per stage over the sizes run (the exponent b over all of them), and the projection scales the largest
-measured size by the local exponent of the two largest (start-up costs flatten the curve at small sizes,
-so the all-sizes exponent would understate the growth). With one size there is no fit. The projection
-extrapolates far beyond what was measured: read it as the order of magnitude, with the exponents as the
-finding. docs/scale.md keeps the figures of a run.
+600 s), so DCGM samples are in proportion to GPU-hours. Per stage, time = c + k · n is fitted by least
+squares (c the fixed cost: process and Spark start-up, imports; k the cost per job, or per DCGM line), and
+the power-law exponent b of a log-log fit is printed beside it: b well below 1 says the fixed cost still
+dominates at the sizes run, so a power law would understate the growth beyond them, while work that touches
+every record grows at least linearly. The projection is c + k · n at a 10M-job, 1B-sample month, in one
+run and as the DAGs schedule it (ingests a day's drop, build the month, train monthly), for time and for
+the Python driver's peak RSS. Parts that grow faster than linearly (shuffles, MERGEs into larger tables)
+would add to it: read it as the order of magnitude. `--from-json` re-prints an earlier run's figures.
+docs/scale.md keeps the figures of a run.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ MONTH = "2026-03"
 # The month a centre asks about: 10M jobs and 1B DCGM samples.
 TARGET_JOBS = 10_000_000
 TARGET_SAMPLES = 1_000_000_000
+GROWTH_HEADER = f"""\
+growth: time = c + k · n fitted (n = jobs; DCGM ingest: n = DCGM lines), beside the power-law exponent b;
+projected to a month of {TARGET_JOBS:,} jobs / {TARGET_SAMPLES:,} DCGM samples in one run (a backfill)
+and as the DAGs schedule it: each ingest a day's drop (1/30), build the whole month (daily), train the
+month (monthly). The Python driver's RSS is fitted and projected the same way (the JVM's peak is bounded
+by spark.driver.memory and is not extrapolated):"""
 
 
 def run_stage(args: list[str], env: dict[str, str]) -> dict:
@@ -97,44 +106,68 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     return math.exp(my - b * mx), b
 
 
+def affine(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """(c, k) of y = c + k · x by least squares, k at least 0 (more data never costs less) and c at least
+    0 (a fixed cost is not negative); None with fewer than two distinct sizes."""
+    if len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    k = max(slope, 0.0)
+    c = my - k * mx
+    if c < 0:  # through the origin instead
+        c, k = 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+    return c, k
+
+
+def size_of(run: dict, stage: str) -> float:
+    """What a stage's work grows with: DCGM lines for the DCGM ingest, jobs for the rest."""
+    return run["dcgm_lines"] if stage == "ingest dcgm" else run["jobs"]
+
+
 def report(runs: list[dict]) -> list[str]:
-    """The measured table, the fitted exponents and the projection, as printed lines."""
+    """The measured table, the fitted growth and the projections, as printed lines."""
     lines = [f"{'stage':<20}" + "".join(f"{r['jobs']:>12,} jobs" for r in runs)]
     names = list(dict.fromkeys(name for r in runs for name in r["stages"]))
     for name in names:
         cells = []
         for r in runs:
             s = r["stages"].get(name)
-            cells.append(
-                f"{s['seconds']:>9.1f} s {max(s['python_mib'], s['jvm_mib']):>5}M" if s else " " * 17
-            )
+            cells.append(f"{s['seconds']:>7.1f} s {s['python_mib']:>5}/{s['jvm_mib']:>5}M" if s else " " * 21)
         lines.append(f"{name:<20}" + "".join(cells))
     totals = [sum(s["seconds"] for s in r["stages"].values()) for r in runs]
-    lines.append(f"{'total':<20}" + "".join(f"{t:>15.1f} s " for t in totals))
-    lines.append(f"{'DCGM lines':<20}" + "".join(f"{r['dcgm_lines']:>17,}" for r in runs))
+    lines.append(f"{'total':<20}" + "".join(f"{t:>17.1f} s   " for t in totals))
+    lines.append(f"{'DCGM lines':<20}" + "".join(f"{r['dcgm_lines']:>21,}" for r in runs))
+    lines.append("(seconds, then peak RSS of the Python driver / its JVM in MiB)")
     lines.append("")
-    lines.append("fit time = a · n^b (n = jobs; DCGM ingest: n = DCGM lines), projection to a month of")
-    lines.append(f"{TARGET_JOBS:,} jobs and {TARGET_SAMPLES:,} DCGM samples; peak RSS fitted the same way:")
-    projected_total = 0.0
+    lines.extend(GROWTH_HEADER.splitlines())
+    lines.append(
+        f"  {'stage':<18} {'b':>5} {'fixed c':>9} {'per 1M n':>10} {'month':>9} {'scheduled':>10} "
+        f"{'Py MiB/1M n':>12} {'Py month':>9} {'Py sched.':>10}"
+    )
+    month_total = daily_total = 0.0
     for name in names:
         measured = [r for r in runs if name in r["stages"]]
-        by_samples = name == "ingest dcgm"
-        xs = [r["dcgm_lines"] if by_samples else r["jobs"] for r in measured]
-        target = TARGET_SAMPLES if by_samples else TARGET_JOBS
+        xs = [float(size_of(r, name)) for r in measured]
         seconds = [r["stages"][name]["seconds"] for r in measured]
-        rss = [max(r["stages"][name]["python_mib"], r["stages"][name]["jvm_mib"]) for r in measured]
-        overall, local, local_rss = fit(xs, seconds), fit(xs[-2:], seconds[-2:]), fit(xs[-2:], rss[-2:])
-        if overall is None or local is None or local_rss is None:
+        python = [float(r["stages"][name]["python_mib"]) for r in measured]
+        power, line, py = fit(xs, seconds), affine(xs, seconds), affine(xs, python)
+        if power is None or line is None or py is None:
             lines.append(f"  {name:<18} (one size: no fit)")
             continue
-        projected = seconds[-1] * (target / xs[-1]) ** local[1]
-        projected_gib = rss[-1] * (target / xs[-1]) ** local_rss[1] / 1024
-        projected_total += projected
+        month_n = TARGET_SAMPLES if name == "ingest dcgm" else TARGET_JOBS
+        sched_n = month_n / 30 if name.startswith("ingest") else month_n
+        month_s, sched_s = line[0] + line[1] * month_n, line[0] + line[1] * sched_n
+        month_total += month_s
+        if name != "train":
+            daily_total += sched_s
         lines.append(
-            f"  {name:<18} b = {overall[1]:4.2f} (largest two: {local[1]:4.2f}) → {projected / 3600:8.1f} h"
-            f"   peak RSS b = {local_rss[1]:4.2f} → {projected_gib:6.1f} GiB"
+            f"  {name:<18} {power[1]:5.2f} {line[0]:7.1f} s {line[1] * 1e6:8.1f} s {month_s / 3600:7.1f} h"
+            f" {sched_s / 3600:8.2f} h {py[1] * 1e6:12.0f} {(py[0] + py[1] * month_n) / 1024:7.1f} G"
+            f" {(py[0] + py[1] * sched_n) / 1024:8.1f} G"
         )
-    lines.append(f"  {'total':<18}           {projected_total / 3600:8.1f} h on this machine's settings")
+    lines.append(f"  the month in one run: {month_total / 3600:.1f} h; the daily DAG at the month's end")
+    lines.append(f"  (every ingest of a day, then build): {daily_total / 3600:.2f} h, on 2 cores")
     return lines
 
 
@@ -145,7 +178,18 @@ def main() -> None:
         "--dcgm-interval", type=int, default=DEFAULT_INTERVAL_S, help="seconds between simulated DCGM scrapes"
     )
     parser.add_argument("--json", metavar="FILE", help="also write the runs' figures here")
+    parser.add_argument(
+        "--from-json", metavar="FILE", help="print the table, fits and projections of an earlier run's --json"
+    )
     args = parser.parse_args()
+    if args.from_json:
+        try:
+            runs = json.loads(Path(args.from_json).read_text())
+        except (OSError, ValueError) as err:
+            parser.error(f"--from-json: cannot read {args.from_json}: {err}")
+        for line in report(runs):
+            print(line)
+        return
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     except ValueError:
@@ -161,10 +205,10 @@ def main() -> None:
             print(
                 f"{n:,} jobs done: {json.dumps(run['stages'])}; load average {run['load_after']}", flush=True
             )
+            if args.json:  # after every size, so a long run that fails later keeps what it measured
+                Path(args.json).write_text(json.dumps(runs, indent=1) + "\n")
     for line in report(runs):
         print(line)
-    if args.json:
-        Path(args.json).write_text(json.dumps(runs, indent=1) + "\n")
 
 
 if __name__ == "__main__":
