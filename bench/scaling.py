@@ -120,11 +120,6 @@ def affine(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     return c, k
 
 
-def size_of(run: dict, stage: str) -> float:
-    """What a stage's work grows with: DCGM lines for the DCGM ingest, jobs for the rest."""
-    return run["dcgm_lines"] if stage == "ingest dcgm" else run["jobs"]
-
-
 def report(runs: list[dict]) -> list[str]:
     """The measured table, the fitted growth and the projections, as printed lines."""
     lines = [f"{'stage':<20}" + "".join(f"{r['jobs']:>12,} jobs" for r in runs)]
@@ -148,14 +143,15 @@ def report(runs: list[dict]) -> list[str]:
     month_total = daily_total = 0.0
     for name in names:
         measured = [r for r in runs if name in r["stages"]]
-        xs = [float(size_of(r, name)) for r in measured]
+        by_samples = name == "ingest dcgm"  # its work grows with the DCGM lines, the rest with the jobs
+        xs = [float(r["dcgm_lines"] if by_samples else r["jobs"]) for r in measured]
         seconds = [r["stages"][name]["seconds"] for r in measured]
         python = [float(r["stages"][name]["python_mib"]) for r in measured]
         power, line, py = fit(xs, seconds), affine(xs, seconds), affine(xs, python)
         if power is None or line is None or py is None:
             lines.append(f"  {name:<18} (one size: no fit)")
             continue
-        month_n = TARGET_SAMPLES if name == "ingest dcgm" else TARGET_JOBS
+        month_n = TARGET_SAMPLES if by_samples else TARGET_JOBS
         sched_n = month_n / 30 if name.startswith("ingest") else month_n
         month_s, sched_s = line[0] + line[1] * month_n, line[0] + line[1] * sched_n
         month_total += month_s

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -197,21 +198,25 @@ def _retrying(
     return dict(mine["operationMetrics"] or {}) if mine is not None else None
 
 
-def remove_path(spark: SparkSession, path: str) -> None:
-    """Delete a folder of the warehouse (a local path or any Hadoop URI: s3a://, abfss://) and its files."""
+def _filesystem(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for `path` (a local path or any Hadoop URI: s3a://, abfss://) and the path as
+    Hadoop's Path, through the session's JVM and its Hadoop configuration."""
     sc = spark.sparkContext
     target = sc._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-    target.getFileSystem(sc._jsc.hadoopConfiguration()).delete(target, True)  # type: ignore[union-attr]
+    return target.getFileSystem(sc._jsc.hadoopConfiguration()), target  # type: ignore[union-attr]
+
+
+def remove_path(spark: SparkSession, path: str) -> None:
+    """Delete a folder of the warehouse (a local path or any Hadoop URI: s3a://, abfss://) and its files."""
+    fs, target = _filesystem(spark, path)
+    fs.delete(target, True)
 
 
 def sweep_stale(spark: SparkSession, folder: str, max_age_s: float) -> list[str]:
     """Delete the sub-folders of `folder` in which nothing was written for `max_age_s` seconds (what runs
     killed mid-way left behind); the deleted paths. A sub-folder's age is that of its newest file (object
     stores give folders no time of their own), so a run still writing keeps its folder."""
-    sc = spark.sparkContext
-    jvm = sc._jvm  # type: ignore[union-attr]
-    root = jvm.org.apache.hadoop.fs.Path(folder)
-    fs = root.getFileSystem(sc._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    fs, root = _filesystem(spark, folder)
     if not fs.exists(root):
         return []
     cutoff_ms = (time.time() - max_age_s) * 1000
