@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from features.code import payload_values
 from features.history import final_states
 from features.scripts import script_values
 from features.table import (
@@ -99,12 +100,17 @@ def history_index(history: pd.DataFrame) -> HistoryIndex:
 
 
 def query_features(
-    query: Mapping[str, object], script: Mapping[str, object] | None, index: HistoryIndex
+    query: Mapping[str, object],
+    script: Mapping[str, object] | None,
+    index: HistoryIndex,
+    code: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """A query row (a silver.jobs-like dict with `submit_ts`, `user`, `script_key`) plus its script
-    features (`script`: its silver.scripts row, None when unknown), request and history features."""
+    features (`script`: its silver.scripts row, None when unknown), code-aware features (`code`: the
+    script's `code_estimate` payload, None when its code was not read), request and history features."""
     out = dict(query)
     out |= script_values(script, query)
+    out |= payload_values(code)
     out |= request_values(query)
     out |= index.features(str(query["user"]), str(query["script_key"]), pd.Timestamp(query["submit_ts"]))  # type: ignore[arg-type]
     return out

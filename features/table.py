@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from features.code import CODE_NUMERIC, with_code_features
 from features.history import with_history
 from features.scripts import SCRIPT_CATEGORICAL, SCRIPT_NUMERIC, with_script_features
 from pipelines.units import MIB
@@ -234,24 +235,29 @@ def history_feature_columns() -> list[str]:
 
 def base_feature_columns() -> tuple[list[str], list[str]]:
     """(numeric, categorical) submit-time feature names before the text embedding."""
-    numeric = [*REQUEST_NUMERIC, *SCRIPT_NUMERIC, *history_feature_columns()]
+    numeric = [*REQUEST_NUMERIC, *SCRIPT_NUMERIC, *CODE_NUMERIC, *history_feature_columns()]
     categorical = [*JOB_CATEGORICAL, *SCRIPT_CATEGORICAL]
     return numeric, categorical
 
 
 def build_training_table(
-    jobs: pd.DataFrame, scripts: pd.DataFrame, gpu_mem_bytes: dict[str, float]
+    jobs: pd.DataFrame,
+    scripts: pd.DataFrame,
+    gpu_mem_bytes: dict[str, float],
+    job_sources: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per finished job of a cluster, sorted by submit time: submit-time features, history as of
     submit, and per-target actual/request/censored/required columns. Pure: frames in, frame out.
 
     `jobs` has silver.jobs columns (plus `script_hash` filled from silver.job_scripts where linked);
-    `scripts` has silver.scripts columns."""
+    `scripts` has silver.scripts columns; `job_sources` (job_id, path, text: silver.job_sources with each
+    file's text) the files the jobs' entry points read, for the code-aware features (features.code)."""
     # One order whatever order the rows were read in (Spark's is not fixed): jobs of a user ending in the
     # same second are folded into the running history in this order, which the features then depend on.
     df = filter_usable(jobs).sort_values(["submit_ts", "job_id"], kind="mergesort").reset_index(drop=True)
     df = with_script_key(with_targets(df, gpu_mem_bytes))
     df = with_request_features(with_script_features(df, scripts))
+    df = with_code_features(df, scripts, job_sources)
     df = history_features(df, df)
     return df.sort_values(["submit_ts", "job_id"], kind="mergesort").reset_index(drop=True)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from features.table import TARGETS, TargetSpec
+from features.vram import CODE_ONLY_MARGIN
 from models.calibrate import (
     blockwise,
     capped_offset,
@@ -28,6 +29,20 @@ BASELINES: dict[str, tuple[tuple[str, ...], float | None]] = {
     "user_p95_tuned": (("u_{t}_hist_p95",), None),
     "user_script_p95_tuned": (("us_{t}_hist_p95", "u_{t}_hist_p95"), None),
 }
+# Baselines of one target only. VRAM: the analytic estimate from the job's own code and config
+# (features.code; docs/vram.md) with the margin `recommend` adds when there is no history, and the same with
+# a margin tuned to the rate; a job whose code was not read falls back to its request like any baseline.
+TARGET_BASELINES: dict[str, dict[str, tuple[tuple[str, ...], float | None]]] = {
+    "vram": {
+        "code_estimate": (("code_vram_est_log",), float(np.log1p(CODE_ONLY_MARGIN))),
+        "code_estimate_tuned": (("code_vram_est_log",), None),
+    },
+}
+
+
+def baselines_for(target: str) -> dict[str, tuple[tuple[str, ...], float | None]]:
+    """The baselines scored for a target: BASELINES, then the target's own (TARGET_BASELINES)."""
+    return {**BASELINES, **TARGET_BASELINES.get(target, {})}
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,7 @@ class Baseline:
     @property
     def tuned(self) -> bool:
         """Whether its margin was calibrated to the rate (a rule that may be champion)."""
-        return BASELINES[self.name][1] is None
+        return baselines_for(self.target)[self.name][1] is None
 
 
 def fit_baselines(
@@ -88,7 +103,7 @@ def fit_baselines(
     rate: float,
     confidence: float | None = None,
 ) -> list[Baseline]:
-    """Every baseline of BASELINES for one target; tuned margins from the calibration slice, by the same
+    """Every baseline of the target (`baselines_for`); tuned margins from the calibration slice, by the same
     conformal rule (`confidence`, each time block of the slice) and under the same cap for jobs without a
     request (the largest need seen in calibration) as the model's."""
     required_train = train[f"{spec.name}_required"].dropna()
@@ -97,7 +112,7 @@ def fit_baselines(
     cap = float(round_up(np.array(need.max()), spec.step)) if len(need) else math.inf
     fitted = []
     blocks = time_blocks(cal["submit_ts"])
-    for name, (columns, margin) in BASELINES.items():
+    for name, (columns, margin) in baselines_for(spec.name).items():
         base = Baseline(name, spec.name, columns, margin or 0.0, default)
         if margin is None:
             base = Baseline(name, spec.name, columns, 0.0, default, cap)

@@ -17,7 +17,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from features.vram import FITTED, Fitted, Workload, estimate, find_architecture, fits
+import numpy as np
+import pandas as pd
+
+from features.vram import CUDA_CONTEXT_BYTES, FITTED, Fitted, Workload, estimate, find_architecture, fits
 from features.workload import capture
 
 GB = 1e9  # the tables print max_memory_allocated() / 1e9
@@ -201,3 +204,112 @@ def fit(rows: Sequence[Mapping[str, str]], configs: Mapping[str, str]) -> Fitted
 
 def with_fitted(fitted: Fitted, **changes: float) -> Fitted:
     return replace(fitted, **changes)
+
+
+# --- a cluster of LitGPT jobs: the code-aware features measured inside the per-cluster models ----------
+
+# What DCGM sees beyond max_memory_allocated differs per run (the allocator's reserve: free blocks kept
+# cached): drawn per run between 0 and this share of the allocated peak, unknown to the estimate (which
+# assumes ALLOCATOR_RESERVE_FRAC, 5 %). A run repeats its measured peak within RUN_JITTER (sd, relative).
+RESERVE_MAX_FRAC = 0.10
+RUN_JITTER = 0.01
+
+
+@dataclass(frozen=True)
+class LitgptCluster:
+    """silver.jobs-like rows, silver.scripts rows, silver.job_sources rows (job_id, path, text) and the
+    GPU model -> bytes map of a simulated cluster whose jobs are real LitGPT measurement rows."""
+
+    jobs: pd.DataFrame
+    scripts: pd.DataFrame
+    job_sources: pd.DataFrame
+    gpu_mem_bytes: dict[str, float]
+
+
+def litgpt_cluster(
+    rows: Sequence[Mapping[str, str]],
+    configs: Mapping[str, str],
+    n_users: int = 60,
+    jobs_per_user: int = 100,
+    switch: float = 0.25,
+    days: int = 120,
+    seed: int = 0,
+) -> LitgptCluster:
+    """Users submitting LitGPT fine-tuning and inference jobs, each job one of `rows` (call it with the
+    held-out half: the estimate's constants never saw them) as the job script and config a user would
+    submit (`job_script`), its VRAM peak the row's measured `max_memory_allocated` plus the CUDA context
+    and a per-run allocator reserve (a row that ran out of memory peaks at its card, state FAILED). Each
+    user reruns their current configuration and moves to another row with probability `switch` per job:
+    what the user's history says nothing about. The job stream is simulated; the needs are measured."""
+    from pipelines.silver.scripts import parse_script
+    from pipelines.units import GIB
+
+    rng = np.random.default_rng(seed)
+    cards = {name: mib * 2**20 for name, mib in CARD_MIB.items()}
+    usable_rows = [r for r in usable(rows) if r["gpu_model"] in cards]
+    written = [
+        job_script(r, configs.get(r["config_path"]) if r["config_path"] else None) for r in usable_rows
+    ]
+    start = pd.Timestamp("2026-01-01", tz="UTC")
+    jobs, sources, scripts = [], [], {}
+    for user in range(n_users):
+        current = int(rng.integers(len(usable_rows)))
+        submits = np.sort(rng.uniform(0, days * 86400, size=jobs_per_user))
+        for k, offset in enumerate(submits):
+            if k and rng.random() < switch:
+                current = int(rng.integers(len(usable_rows)))
+            row, (script, named) = usable_rows[current], written[current]
+            job_id = f"{user:03d}{k:04d}"
+            card = float(cards[row["gpu_model"]])
+            gpus = int(row["gpus"] or 1)
+            if row["oom"] == "1":
+                peak, state = card, "FAILED"
+            else:
+                allocated = float(row["peak_mem_gb"]) * GB * (1 + rng.normal(0, RUN_JITTER))
+                peak = allocated * (1 + rng.uniform(0, RESERVE_MAX_FRAC)) + CUDA_CONTEXT_BYTES
+                peak, state = min(peak, card), "COMPLETED"
+            elapsed = float(np.clip(rng.lognormal(np.log(7200), 0.8), 600, 86400))
+            if state == "FAILED":
+                elapsed = float(rng.uniform(60, 600))  # killed while loading or in the first steps
+            submit = start + pd.Timedelta(seconds=float(offset))
+            begin = submit + pd.Timedelta(seconds=float(rng.uniform(0, 1800)))
+            info = parse_script(script)
+            scripts[info.script_hash] = info.as_row() | {"cluster": "litgpt"}
+            jobs.append(
+                {
+                    "cluster": "litgpt",
+                    "job_id": job_id,
+                    "source": "sacct",
+                    "job_name": f"litgpt-{row['id']}",
+                    "user": f"u{user:02d}",
+                    "account": f"a{user % 5}",
+                    "partition": "gpu",
+                    "qos": "normal",
+                    "state": state,
+                    "submit_ts": submit,
+                    "start_ts": begin,
+                    "end_ts": begin + pd.Timedelta(seconds=elapsed),
+                    "elapsed_s": elapsed,
+                    "timelimit_s": 86400,
+                    "req_cpus": 8 * gpus,
+                    "alloc_cpus": 8 * gpus,
+                    "req_mem_bytes": 64 * GIB * gpus,
+                    "alloc_mem_bytes": 64 * GIB * gpus,
+                    "req_gpus": gpus,
+                    "alloc_gpus": gpus,
+                    "gpu_model": row["gpu_model"],
+                    "nodes": 1,
+                    "ntasks": 1,
+                    "total_cpu_s": elapsed * 4 * gpus,
+                    "max_rss_bytes": 24 * GIB,
+                    "gpu_mem_peak_bytes": peak,
+                    "script_hash": info.script_hash,
+                }
+            )
+            sources += [(job_id, path, text) for path, text in named.items()]
+    return LitgptCluster(
+        jobs=pd.DataFrame(jobs),
+        scripts=pd.DataFrame(list(scripts.values())),
+        job_sources=pd.DataFrame(sources, columns=["job_id", "path", "text"]),
+        gpu_mem_bytes={name: float(b) for name, b in cards.items()},
+    )

@@ -7,6 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
@@ -182,7 +184,7 @@ def test_links_by_own_id_then_array_then_het_job(spark) -> None:
 
 @pytest.mark.slow
 def test_ingest_scripts_stores_a_side_folder_of_sources_by_hash(
-    jobfit, tmp_path: Path, real_data: Path
+    jobfit, make_ctx, tmp_path: Path, real_data: Path
 ) -> None:
     scripts = tmp_path / "scripts"
     scripts.mkdir()
@@ -223,6 +225,34 @@ def test_ingest_scripts_stores_a_side_folder_of_sources_by_hash(
 
     cap = capture(job, {r["path"]: r["text"] for r in rows if r["job_id"] == "201"})
     assert cap.read == ["configs/lora.yaml"] and cap.workload.model == "checkpoints/mistralai/Mistral-7B-v0.1"
+    # What training reads back (jobs.io.prediction): each job's files, turned into the code-aware inputs.
+    from features.code import code_values, with_code_features
+    from jobs.io.prediction import read_job_sources, read_scripts
+
+    ctx = make_ctx()
+    files = read_job_sources(ctx, "demo")
+    assert sorted(zip(files["job_id"], files["path"], strict=True)) == [
+        ("201", "configs/lora.yaml"),
+        ("201", "train.py"),
+        ("202", "configs/lora.yaml"),
+    ]
+    known = read_scripts(ctx, "demo")
+    jobs = pd.DataFrame(
+        {
+            "job_id": ["201", "202", "203"],
+            "script_hash": [known["script_hash"].iloc[0]] * 2 + [None],
+            "req_gpus": [1, 1, None],
+        }
+    )
+    table = with_code_features(jobs, known, files)
+    expected = code_values(job, {r["path"]: r["text"] for r in rows if r["job_id"] == "201"}, 1)
+    assert np.isfinite(expected["code_vram_est_log"])
+    assert (
+        table["code_vram_est_log"].iloc[0]
+        == table["code_vram_est_log"].iloc[1]
+        == expected["code_vram_est_log"]
+    )
+    assert np.isnan(table["code_vram_est_log"].iloc[2])  # no script: nothing to read
     # Again: nothing new. A missing folder: exit 2, nothing written.
     again = json.loads(jobfit(*args).out)
     assert again["tables"]["silver.sources"]["inserted"] == 0

@@ -85,6 +85,19 @@ def read_scripts(ctx: Context, cluster: str) -> pd.DataFrame:
     )
 
 
+def read_job_sources(ctx: Context, cluster: str) -> pd.DataFrame:
+    """The files each job's entry points read (silver.job_sources with silver.sources' text): job_id,
+    path as the script names it, text. Empty where `ingest scripts --sources` kept none."""
+    spark, settings = ctx.spark, ctx.settings
+    links = read_table(spark, settings, "silver.job_sources").filter(F.col("cluster") == cluster)
+    files = (
+        read_table(spark, settings, "silver.sources")
+        .filter(F.col("cluster") == cluster)
+        .select("source_hash", "text")
+    )
+    return links.join(files, on="source_hash", how="inner").select("job_id", "path", "text").toPandas()
+
+
 def gpu_memory_bytes(config: ClusterConfig) -> dict[str, float]:
     """GPU model -> memory per GPU in bytes, from the cluster conf (none for the default sheet)."""
     return {name: spec.memory_gib * GIB for name, spec in config.gpu_models.items()}

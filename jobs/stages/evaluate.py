@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from features.table import TARGETS, build_training_table
 from jobs.context import Context, UsageError
-from jobs.io.prediction import gpu_memory_bytes, read_jobs, read_scripts, require_jobs
+from jobs.io.prediction import (
+    gpu_memory_bytes,
+    read_job_sources,
+    read_jobs,
+    read_scripts,
+    require_jobs,
+)
 from models.metrics import compare_to_baselines
 from models.train import evaluate_target
 
@@ -21,7 +27,9 @@ def evaluate(ctx: Context, cluster: str) -> dict[str, object]:
     config = ctx.cluster_config(cluster)[0]
     jobs = read_jobs(ctx, cluster)
     require_jobs(jobs, cluster)
-    table = build_training_table(jobs, read_scripts(ctx, cluster), gpu_memory_bytes(config))
+    table = build_training_table(
+        jobs, read_scripts(ctx, cluster), gpu_memory_bytes(config), read_job_sources(ctx, cluster)
+    )
     report: dict[str, object] = {"cluster": cluster, "rate": rate, "targets": {}, "missing": {}}
     for target, champion in champions.items():
         if champion is None:

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 
 from features.table import TARGETS, build_training_table, history_snapshot_columns
 from jobs.context import Context, UsageError
-from jobs.io.prediction import gpu_memory_bytes, read_jobs, read_scripts, require_jobs
+from jobs.io.prediction import (
+    gpu_memory_bytes,
+    read_job_sources,
+    read_jobs,
+    read_scripts,
+    require_jobs,
+)
 from models.metrics import compare_to_baselines
 from models.train import TrainParams, evaluate_target, train_target
 
@@ -27,8 +33,9 @@ def train(ctx: Context, cluster: str, targets: Sequence[str], params: TrainParam
     jobs = read_jobs(ctx, cluster)
     require_jobs(jobs, cluster)
     scripts = read_scripts(ctx, cluster)
+    sources = read_job_sources(ctx, cluster)
     ctx.progress(f"building features for {len(jobs)} jobs ...")
-    table = build_training_table(jobs, scripts, gpu_memory_bytes(config))
+    table = build_training_table(jobs, scripts, gpu_memory_bytes(config), sources)
     client = configure(ctx.settings)
     report: dict[str, object] = {"cluster": cluster, "rate": rate, "jobs": len(table), "targets": {}}
     skipped: dict[str, str] = {}

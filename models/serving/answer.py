@@ -73,7 +73,7 @@ def recommendation(
     for column in ("account", "qos"):
         if query[column] is None:
             query[column] = history.latest(user, column)
-    values = query_features(query, info.as_row(), history)
+    values = query_features(query, info.as_row(), history, code)
     row = OneRow(values)
     predictions: dict[str, float] = {}
     status: dict[str, dict[str, object]] = {}
