@@ -29,13 +29,16 @@ T0 = datetime(2026, 11, 1)
 STEP_S = 30
 
 
-def generate(folder: Path, samples: int, seed: int = 11) -> tuple[list[Path], int, list[str]]:
-    """Write about `samples` metric lines over hosts; returns (files, lines written, host names)."""
+def generate(
+    folder: Path, samples: int, seed: int = 11, t0: datetime = T0
+) -> tuple[list[Path], int, list[str]]:
+    """Write about `samples` metric lines over hosts from `t0` (at most a day of scrapes per host); returns
+    (files, lines written, host names)."""
     rng = random.Random(seed)
     per_step = GPUS_PER_HOST * len(METRICS)
     steps = max(1, min(2880, samples // (per_step * 4)))  # at most a day of 30 s scrapes per host
     hosts = [f"g{i:04d}" for i in range(max(1, samples // (per_step * steps)))]
-    t0_ms = int(T0.timestamp() * 1000)
+    t0_ms = int(t0.timestamp() * 1000)
     files, written = [], 0
     for host in hosts:
         path = folder / f"{host}.prom"

@@ -48,21 +48,28 @@ def _dur(seconds: int) -> str:
     return f"{days}-{clock}" if days else clock
 
 
-def generate(path: Path, lines: int, seed: int = 7) -> int:
-    """Write about `lines` sacct lines (a header plus jobs of 4 lines each); returns the lines written."""
+def generate(
+    path: Path,
+    lines: int,
+    seed: int = 7,
+    first_job: int = 1_000_000,
+    t0: datetime = datetime(2026, 1, 1),
+    days: int = 30,
+) -> int:
+    """Write about `lines` sacct lines (a header plus jobs of 4 lines each): jobs numbered from
+    `first_job` + 1, submitted over `days` days from `t0`; returns the lines written."""
     rng = random.Random(seed)
-    t0 = datetime(2026, 1, 1)
     written = 1
     with path.open("w") as out:
         out.write(HEADER + "\n")
-        job = 1_000_000
+        job = first_job
         while written + 4 <= lines:
             job += 1
             cpus = rng.choice([1, 2, 4, 8, 16, 32])
             gpus = rng.choice([0, 0, 0, 1, 2, 4])
             nodes = 1 if cpus < 32 else 2
             state = rng.choice(STATES)
-            submit = t0 + timedelta(seconds=rng.randrange(30 * 86400))
+            submit = t0 + timedelta(seconds=rng.randrange(days * 86400))
             start = submit + timedelta(seconds=rng.randrange(3600))
             elapsed = rng.randrange(60, 3 * 86400)
             end = (

@@ -1,0 +1,93 @@
+"""The daily increment against the size of the warehouse: one day's sacct dump and one day's DCGM scrapes
+ingested into a warehouse already holding a month of 100k jobs and then one of 1M jobs (issue 18's goal:
+the two increments within 1.5x of each other). Prints, per warehouse size, the set-up ingests' seconds, each
+increment's seconds and its phases (`phases_s` of the --json report, sacct), the peak RSS of the driver's
+Python and JVM, and the ratio of the large warehouse's increment to the small one's, in the same run.
+
+    .venv/bin/python bench/ingest_increment.py                       # 100k and 1M jobs
+    .venv/bin/python bench/ingest_increment.py --jobs 20000 100000   # a quicker pair
+
+A warehouse of N jobs holds N sacct jobs (4 lines each: job, .batch, .extern, .0) submitted over January
+2026 and 10 DCGM sample lines per job (each host one day of 30 s scrapes). The increment is a day's dump:
+`--day-jobs` new jobs (default 7,500 = 30,000 lines) submitted on 1 February, and `--day-samples` DCGM lines
+(default 300,000) of the next day's scrapes of the first hosts. New jobs only: a real day's dump also
+re-records jobs submitted earlier that ended that day (updates of stored keys), not generated here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from ingest_dcgm import T0 as DCGM_T0  # bench/ is on sys.path when a bench runs as a script
+from ingest_dcgm import generate as generate_dcgm
+from ingest_sacct import PeakRss, generate, load, run_jobfit
+
+MONTH = datetime(2026, 1, 1)
+DAY = datetime(2026, 2, 1)
+SAMPLES_PER_JOB = 10
+
+
+def _ingest(source: str, path: Path, warehouse: Path) -> tuple[float, dict, PeakRss]:
+    env = {**os.environ, "JOBFIT_WAREHOUSE": str(warehouse)}
+    return run_jobfit(["ingest", source, str(path), "--cluster", "bench"], env)
+
+
+def _rss(rss: PeakRss) -> str:
+    return f"Python {rss.python_bytes / 2**20:,.0f} MiB, JVM {rss.jvm_bytes / 2**20:,.0f} MiB"
+
+
+def one_size(jobs: int, day_jobs: int, day_samples: int, tmp: Path) -> dict[str, float]:
+    """Set up a warehouse of `jobs` jobs, then time the day's two increments; returns their seconds."""
+    root = tmp / f"w{jobs}"
+    root.mkdir()
+    warehouse = root / "warehouse"
+    base = root / "month.sacct"
+    lines = generate(base, 4 * jobs + 1, seed=7, t0=MONTH, days=31)
+    seconds, report, rss = _ingest("sacct", base, warehouse)
+    print(f"  set-up sacct: {lines:,} lines in {seconds:.1f} s ({_rss(rss)})", flush=True)
+    scrapes = root / "month-dcgm"
+    scrapes.mkdir()
+    _, samples, _ = generate_dcgm(scrapes, SAMPLES_PER_JOB * jobs, seed=11, t0=DCGM_T0)
+    seconds, report, rss = _ingest("dcgm", scrapes, warehouse)
+    print(f"  set-up dcgm: {samples:,} lines in {seconds:.1f} s ({_rss(rss)})", flush=True)
+    day = root / "day.sacct"
+    day_lines = generate(day, 4 * day_jobs + 1, seed=8, first_job=10_000_000, t0=DAY, days=1)
+    sacct_s, report, rss = _ingest("sacct", day, warehouse)
+    assert report["read"] == day_lines, report
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in report.get("phases_s", {}).items())
+    print(f"  increment sacct: {day_lines:,} lines in {sacct_s:.1f} s ({_rss(rss)}); phases s: {phases}")
+    day_scrapes = root / "day-dcgm"
+    day_scrapes.mkdir()
+    _, day_samples_n, _ = generate_dcgm(day_scrapes, day_samples, seed=12, t0=DCGM_T0 + timedelta(days=1))
+    dcgm_s, report, rss = _ingest("dcgm", day_scrapes, warehouse)
+    print(f"  increment dcgm: {day_samples_n:,} lines in {dcgm_s:.1f} s ({_rss(rss)})", flush=True)
+    return {"sacct": sacct_s, "dcgm": dcgm_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs=2, default=[100_000, 1_000_000], metavar=("SMALL", "LARGE"))
+    parser.add_argument("--day-jobs", type=int, default=7_500)
+    parser.add_argument("--day-samples", type=int, default=300_000)
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="jobfit-increment-") as tmp:
+        for jobs in args.jobs:
+            print(f"warehouse of {jobs:,} jobs; load average {load()}", flush=True)
+            results[jobs] = one_size(jobs, args.day_jobs, args.day_samples, Path(tmp))
+    small, large = args.jobs
+    print(f"\nincrement into {large:,} jobs / into {small:,} jobs (goal <= 1.5x); load average {load()}")
+    for source in ("sacct", "dcgm"):
+        ratio = results[large][source] / results[small][source]
+        verdict = "reached" if ratio <= 1.5 else "not reached"
+        print(
+            f"  {source}: {results[large][source]:.1f} s / {results[small][source]:.1f} s = {ratio:.2f}x "
+            f"({verdict})"
+        )
+
+
+if __name__ == "__main__":
+    main()
