@@ -85,8 +85,9 @@ def _log(series: pd.Series) -> pd.Series:
 def with_targets(jobs: pd.DataFrame, gpu_mem_bytes: dict[str, float]) -> pd.DataFrame:
     """Jobs plus per-target actual, request and censoring columns (`<target>_censored`, `<target>_required`).
 
-    `gpu_mem_bytes` maps GPU model names to memory per GPU: the VRAM request is one card's memory, compared
-    with the per-GPU peak (`gpu_mem_peak_bytes`, the largest card's), and weighed by elapsed x GPUs."""
+    `gpu_mem_bytes` maps GPU model names to memory per GPU: the VRAM request is one card's memory (else,
+    where the map lacks the model, the measured `gpu_card_bytes` when the frame has it), compared with the
+    per-GPU peak (`gpu_mem_peak_bytes`, the largest card's), and weighed by elapsed x GPUs."""
     df = jobs.copy()
     elapsed = df["elapsed_s"].astype("float64")
     alloc_cpus = df["alloc_cpus"].astype("float64").fillna(df["req_cpus"].astype("float64"))
@@ -97,6 +98,8 @@ def with_targets(jobs: pd.DataFrame, gpu_mem_bytes: dict[str, float]) -> pd.Data
     )
     df["vram_peak_bytes"] = df["gpu_mem_peak_bytes"].astype("float64")
     per_gpu = df["gpu_model"].map(gpu_mem_bytes).astype("float64")
+    if "gpu_card_bytes" in df:  # measured where the conf does not name the model (jobs.io.prediction)
+        per_gpu = per_gpu.fillna(df["gpu_card_bytes"].astype("float64"))
     gpus = df["req_gpus"].astype("float64").fillna(df["alloc_gpus"].astype("float64"))
     df["vram_req_bytes"] = per_gpu.where(gpus > 0)
     df["gpu_elapsed_s"] = (elapsed * gpus).where(gpus > 0)

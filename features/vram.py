@@ -70,6 +70,16 @@ def card_bytes(gpu_model: str | None, cluster_cards: dict[str, float] | None = N
     return mib * MIB if mib else None
 
 
+def distinct_cards(cards: dict[str, float]) -> dict[str, float]:
+    """The cards of a GPU model -> bytes map without the names that only alias another entry (its lower-case
+    name, or its family such as `a100`: jobs.io.prediction.gpu_memory_bytes adds them for lookups)."""
+
+    def alias(name: str) -> bool:
+        return any(other != name and name in (other.lower(), other.lower().split("-")[0]) for other in cards)
+
+    return {name: mem for name, mem in cards.items() if not alias(name)}
+
+
 @dataclass(frozen=True)
 class Fitted:
     """Constants fitted on the development half only (bench/vram.py --fit; provenance in docs/vram.md):

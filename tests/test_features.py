@@ -160,3 +160,47 @@ def test_training_table_does_not_depend_on_the_order_rows_were_read_in() -> None
     table = build_training_table(jobs, scripts, gpu)
     shuffled = build_training_table(jobs.sample(frac=1.0, random_state=2), scripts, gpu)
     pd.testing.assert_frame_equal(table, shuffled)
+
+
+def test_a_gres_type_or_a_measured_card_gives_the_vram_request() -> None:
+    """sacct names GPUs by gres type (`a100`), the conf by full model: the family resolves to the size the
+    cluster's partitions have (the demo lists a 40 GB A100 no partition uses); a model the conf lacks (a MIG
+    slice) takes the card size telemetry measured; neither leaves the request unknown."""
+    from conf import load_cluster
+    from features.vram import distinct_cards
+    from jobs.io.prediction import gpu_memory_bytes
+
+    cards = gpu_memory_bytes(load_cluster("demo"))
+    assert cards["a100"] == 80 * GIB and cards["h100"] == 80 * GIB and cards["v100"] == 32 * GIB
+    assert cards["A100-SXM4-40GB"] == cards["a100-sxm4-40gb"] == 40 * GIB
+    assert list(distinct_cards(cards)) == [
+        "A100-SXM4-80GB",
+        "A100-SXM4-40GB",
+        "H100-SXM5-80GB",
+        "V100-SXM2-32GB",
+        "L40S",
+    ]
+    n = 4
+    jobs = pd.DataFrame(
+        {
+            "state": ["COMPLETED"] * n,
+            "elapsed_s": [3600] * n,
+            "timelimit_s": [7200] * n,
+            "req_cpus": [8] * n,
+            "alloc_cpus": [8] * n,
+            "req_mem_bytes": [64 * GIB] * n,
+            "alloc_mem_bytes": [64 * GIB] * n,
+            "max_rss_bytes": [8 * GIB] * n,
+            "total_cpu_s": [3600.0] * n,
+            "req_gpus": [2, 1, 1, 1],
+            "alloc_gpus": [2, 1, 1, 1],
+            "gpu_model": ["a100", "nvidia_h100_80gb_hbm3_3g.40gb", "nvidia_h100_80gb_hbm3_3g.40gb", "mi250"],
+            "gpu_mem_peak_bytes": [30 * GIB, 39.5 * GIB, 20 * GIB, 10 * GIB],
+            "gpu_card_bytes": [80 * GIB, 40 * GIB, None, None],
+        }
+    )
+    t = with_targets(jobs, cards)
+    assert t["vram_req_bytes"].tolist()[:2] == [80 * GIB, 40 * GIB]
+    assert t["vram_req_bytes"].iloc[2:].isna().all()
+    assert t["vram_censored"].tolist()[:2] == [False, True]  # 39.5 of a 40 GiB slice: at its limit
+    assert t["gpu_elapsed_s"].iloc[0] == 7200

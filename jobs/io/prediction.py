@@ -61,11 +61,16 @@ def read_jobs(ctx: Context, cluster: str, user: str | None = None) -> pd.DataFra
     # GPU memory peaks measured by telemetry (DCGM samples, else jobstats summaries, as gold.job_usage
     # attributes them at build) count beside sacct's gres/gpumem: the larger is the job's peak, so a
     # cluster whose sacct records no GPU memory still trains the VRAM target.
+    # The card's memory as measured (DCGM's FB_USED + FB_FREE, jobstats' total) is one card's request where
+    # the job's GPU model is not in the conf by any name (a MIG slice, a gres type the conf lacks).
     telemetry = (
         read_table(spark, settings, "gold.job_usage")
         .filter((F.col("cluster") == cluster) & F.col("vram_peak_bytes").isNotNull())
         .groupBy("job_id")
-        .agg(F.max("vram_peak_bytes").alias("_tel_vram_peak_bytes"))
+        .agg(
+            F.max("vram_peak_bytes").alias("_tel_vram_peak_bytes"),
+            F.max("vram_card_bytes").alias("gpu_card_bytes"),
+        )
     )
     jobs = (
         jobs.join(telemetry, on="job_id", how="left")
@@ -73,7 +78,9 @@ def read_jobs(ctx: Context, cluster: str, user: str | None = None) -> pd.DataFra
         .drop("_tel_vram_peak_bytes")
     )
     joined = jobs.join(links, on="job_id", how="left").select(
-        *JOB_COLUMNS, F.coalesce("script_hash", "_linked_hash").alias("script_hash")
+        *JOB_COLUMNS,
+        "gpu_card_bytes",
+        F.coalesce("script_hash", "_linked_hash").alias("script_hash"),
     )
     return joined.toPandas()
 
@@ -99,8 +106,23 @@ def read_job_sources(ctx: Context, cluster: str) -> pd.DataFrame:
 
 
 def gpu_memory_bytes(config: ClusterConfig) -> dict[str, float]:
-    """GPU model -> memory per GPU in bytes, from the cluster conf (none for the default sheet)."""
-    return {name: spec.memory_gib * GIB for name, spec in config.gpu_models.items()}
+    """GPU model -> memory per GPU in bytes, from the cluster conf (none for the default sheet): each
+    model by its name and its lower-case name, and by its family as Slurm's gres types name it (`a100` for
+    `A100-SXM4-80GB`) when that family has one size on this cluster — the size its partitions have, else
+    the one size the conf lists (sacct's AllocTRES says `gres/gpu:a100`, never the conf's full name)."""
+    cards = {name: spec.memory_gib * GIB for name, spec in config.gpu_models.items()}
+    out = dict(cards)
+    for name, mem in cards.items():
+        out.setdefault(name.lower(), mem)
+    used = {p.gpu_model for p in config.partitions.values() if p.gpu_model in cards}
+    families: dict[str, list[tuple[bool, float]]] = {}
+    for name, mem in cards.items():
+        families.setdefault(name.lower().split("-")[0], []).append((name in used, mem))
+    for family, sizes in families.items():
+        picked = {mem for is_used, mem in sizes if is_used} or {mem for _, mem in sizes}
+        if len(picked) == 1:
+            out.setdefault(family, picked.pop())
+    return out
 
 
 def require_jobs(jobs: pd.DataFrame, cluster: str) -> None:

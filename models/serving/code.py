@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from features.vram import CODE_ONLY_MARGIN, card_bytes, estimate_payload
+from features.vram import CODE_ONLY_MARGIN, card_bytes, distinct_cards, estimate_payload
 from features.workload import (
     MAX_SOURCE_BYTES,
     MAX_SOURCES,
@@ -31,12 +31,13 @@ def code_estimate(
         return {"status": "no_script", "why": "no job script was sent, so its code could not be read"}
     try:
         cap = capture(script, bounded_sources(sources or {}), gpus=info.req_gpus)
-        cards = dict(gpu_mem_bytes or {})
+        lookup = dict(gpu_mem_bytes or {})  # names, lower-case names and families (`a100`)
+        cards = distinct_cards(lookup)
         gpu_model = info.gpu_type or (next(iter(cards)) if len(cards) == 1 else None)
         payload = estimate_payload(
             cap.workload,
             gpu_model,
-            card_bytes(gpu_model, cards),
+            card_bytes(gpu_model, lookup),
             sorted(cards.items(), key=lambda c: c[1]),
             cap.unknown,
         )
