@@ -46,6 +46,8 @@ def test_per_rank_folder_with_job_then_reingest_adds_nothing(
     events = _table(spark, warehouse, "silver.profiler_events")
     assert events.count() == out["inserted"] == 4811 + 4676
     assert dict(events.schema["ts_us"].jsonValue())["type"] == "double"
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'silver' / 'profiler_events'}`")
+    assert history.where("operation = 'WRITE'").count() == 1  # both ranks land in one commit
     again = json.loads(
         jobfit("ingest", "profiler", str(folder), "--cluster", "demo", "--job", "777", "--json").out
     )
@@ -202,6 +204,29 @@ def test_a_trace_in_many_batches_lands_in_one_commit_and_leaves_no_staging(
     assert events.select("event_no").distinct().count() == 4811
     history = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'silver' / 'profiler_events'}`")
     assert history.where("operation = 'WRITE'").count() == 1  # one replace of the trace's rows
+    assert not any((warehouse / "_staging").rglob("*.parquet"))
+
+
+def test_a_group_closes_at_its_trace_limit_and_each_trace_lands_whole(
+    jobfit, spark, warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs.stages.ingest import profiler
+
+    monkeypatch.setattr(profiler, "GROUP_TRACES", 1)  # a commit per trace
+    monkeypatch.setattr(profiler, "EVENT_BATCH", 3000)  # rank 0 staged in two batches
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for name in ("hta_trace_filter_sampled_rank-0.json.gz", "hta_trace_filter_sampled_rank-1.json.gz"):
+        shutil.copy(REAL / name, folder / name)
+    r = jobfit("ingest", "profiler", str(folder), "--cluster", "demo", "--job", "779")
+    assert r.code == 0, r.err
+    assert r.err.count("landed 1 trace(s)") == 2
+    events = _table(spark, warehouse, "silver.profiler_events").join(
+        _table(spark, warehouse, "silver.profiler_traces").select("trace_id", "rank"), "trace_id"
+    )
+    assert sorted(tuple(x) for x in events.groupBy("rank").count().collect()) == [(0, 4811), (1, 4676)]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'silver' / 'profiler_events'}`")
+    assert history.where("operation = 'WRITE'").count() == 2
     assert not any((warehouse / "_staging").rglob("*.parquet"))
 
 

@@ -240,6 +240,7 @@ class EventTally:
     legacy: bool = False
     has_stacks: bool = False
     has_python: bool = False
+    has_steps: bool = False  # a `ProfilerStep#N` event: torch.profiler's step markers
     min_ts_us: float | None = None
     max_end_us: float | None = None
     pids: dict[str, int] = field(default_factory=dict)  # host-side pid -> events
@@ -267,6 +268,7 @@ def read_trace_events(stream: BinaryIO, tally: EventTally) -> Iterator[tuple[Any
         tally.legacy = tally.legacy or cat in LEGACY_CATS
         tally.has_stacks = tally.has_stacks or row[12] is not None
         tally.has_python = tally.has_python or kind == "python_function"
+        tally.has_steps = tally.has_steps or (isinstance(row[3], str) and row[3].startswith("ProfilerStep#"))
         if kind not in NOT_HOST_KINDS:
             tally.min_ts_us = ts if tally.min_ts_us is None else min(tally.min_ts_us, ts)
             tally.max_end_us = ts + dur if tally.max_end_us is None else max(tally.max_end_us, ts + dur)

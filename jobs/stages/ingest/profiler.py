@@ -3,7 +3,10 @@ plain or gzip; a folder of per-rank `*.pt.trace.json[.gz]`) into silver.profiler
 silver.profiler_events.
 
 Each file is read twice as a stream (pipelines/silver/profiler.py): once for its hash and top-level facts,
-once for its events, which go to Delta in batches of EVENT_BATCH rows, so memory does not grow with the file.
+once for its events, which are staged in batches of EVENT_BATCH rows, so memory does not grow with the file.
+Traces land in groups (up to GROUP_TRACES traces or GROUP_EVENTS events): one commit replaces the group's
+traces' events and one MERGE writes their rows, so a folder of many small per-rank traces costs a few
+commits, not two per file.
 A file that is not a readable trace (damaged gzip, truncated JSON, another document) goes to quarantine
 with the reason; an event that cannot be read goes there too and the rest lands. A file whose content is
 already in bronze.profiler is skipped. Attribution: --job, else a job id in the path, else the host and time
@@ -69,7 +72,10 @@ from pipelines.silver.profiler import (
 )
 from pipelines.units import expand_hostlist
 
-EVENT_BATCH = 200_000  # events per Delta write: bounds the driver's memory
+EVENT_BATCH = 200_000  # events per staged write: bounds the driver's memory
+# Traces landed by one commit: a group closes at this many traces or staged events (or at the last file).
+GROUP_TRACES = 256
+GROUP_EVENTS = 2_000_000
 # A staging folder nothing was written to for a day belongs to a run that was killed: the next run deletes it.
 STAGING_MAX_AGE_S = 24 * 3600
 _CHUNK = 1 << 20
@@ -258,6 +264,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
         bronze: list[tuple[Any, ...]] = []
         attribution: dict[str, int] = {}
         skipped = 0
+        group = _Group(ctx, cluster)
         for path, name in inputs:
             scanned = scan_trace(path, name)
             if scanned.error is not None:
@@ -269,7 +276,9 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
                 skipped += 1
                 continue
             known.add(scanned.sha256)
-            counts = _land_trace(ctx, cluster, job, scanned, quarantine, now)
+            counts = _stage_trace(ctx, group, job, scanned, quarantine, now)
+            if group.full():
+                group.land()
             report.read += counts["events"] + counts["rejected"]
             report.inserted += counts["events"]
             attribution[counts["attribution"]] = attribution.get(counts["attribution"], 0) + 1
@@ -281,6 +290,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
                 }
             )
             bronze.append((cluster, name, scanned.sha256, 0, meta_json, now))
+        group.land()
         if skipped:
             report.tables["files already ingested"] = {"files": skipped}
             ctx.progress(f"profiler: {skipped} file(s) already ingested (same content), skipped")
@@ -301,43 +311,83 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, job: str | None = None
     return report
 
 
-def _land_trace(
+class _Group:
+    """Traces staged for one landing: their events in a staging folder of this run (parquet, appended in
+    batches), their silver.profiler_traces rows in memory. `land` replaces the traces' events in one commit
+    (a run cut short leaves nothing of the group half-landed; two runs landing the same trace at once each
+    replace all of it: the later commit conflicts and is tried again, so its events land once) and MERGEs
+    their rows."""
+
+    def __init__(self, ctx: Context, cluster: str) -> None:
+        self.ctx, self.cluster = ctx, cluster
+        self.buffer: list[pd.DataFrame] = []
+        self.buffered = 0
+        self.rows: list[dict[str, Any]] = []
+        self.events = 0
+        self.staging: str | None = None
+
+    def full(self) -> bool:
+        return len(self.rows) >= GROUP_TRACES or self.events >= GROUP_EVENTS
+
+    def stage(self, trace_id: str, pdf: pd.DataFrame) -> None:
+        """Add a batch of one trace's events; written out once EVENT_BATCH rows are buffered."""
+        self.buffer.append(pdf.assign(trace_id=trace_id))
+        self.buffered += len(pdf)
+        self.events += len(pdf)
+        if self.buffered >= EVENT_BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.buffer:
+            return
+        spark = self.ctx.spark
+        pdf = pd.concat(self.buffer, ignore_index=True)
+        self.buffer, self.buffered = [], 0
+        if self.staging is None:
+            self.staging = f"{_staging_root(self.ctx)}/{uuid.uuid4().hex}"
+        frame = spark.createDataFrame(pdf).withColumn("cluster", F.lit(self.cluster))
+        conform(frame, SILVER_PROFILER_EVENTS).write.mode("append").parquet(self.staging)
+
+    def land(self) -> None:
+        """Commit the group (nothing when empty) and start a new one."""
+        if not self.rows:
+            return
+        spark, settings = self.ctx.spark, self.ctx.settings
+        ids = ", ".join(sql_string(r["trace_id"]) for r in self.rows)
+        where = f"cluster = {sql_string(self.cluster)} AND trace_id IN ({ids})"
+        try:
+            self._flush()
+            events = (
+                spark.read.parquet(self.staging)
+                if self.staging is not None
+                else spark.createDataFrame([], SILVER_PROFILER_EVENTS.schema)
+            )
+            replace_where(spark, settings, SILVER_PROFILER_EVENTS.name, events, where, retry=True)
+        finally:
+            if self.staging is not None:
+                remove_path(spark, self.staging)
+        frame = spark.createDataFrame(self.rows, SILVER_PROFILER_TRACES.schema)
+        merge_into(spark, settings, SILVER_PROFILER_TRACES.name, frame)
+        self.ctx.progress(f"profiler: landed {len(self.rows)} trace(s), {self.events} event(s)")
+        self.rows, self.events, self.staging = [], 0, None
+
+
+def _stage_trace(
     ctx: Context,
-    cluster: str,
+    group: _Group,
     job: str | None,
     scanned: Scanned,
     quarantine: list[tuple[Any, ...]],
     now: datetime,
 ) -> dict[str, Any]:
-    """Second pass over one trace: its events into silver (the trace's old rows replaced), its row into
-    silver.profiler_traces; returns the counts."""
-    spark, settings = ctx.spark, ctx.settings
+    """Second pass over one trace: its events staged in the group, its silver.profiler_traces row added
+    to it; returns the counts."""
+    cluster = group.cluster
     meta = scanned.meta or TraceMeta()
     tally, rejects = EventTally(), []
-    where = f"cluster = {sql_string(cluster)} AND trace_id = {sql_string(scanned.sha256)}"
-    # The events stream in batches (a trace may hold gigabytes) into a staging folder of this run, then
-    # replace the trace's rows in one commit: a run cut short earlier leaves nothing half-landed, and two
-    # runs landing the same trace at once each replace all of it (the later commit conflicts and is tried
-    # again), so its events land once.
-    staging = f"{_staging_root(ctx)}/{scanned.sha256[:16]}-{uuid.uuid4().hex}"
-    staged = False
-    try:
-        with _open(scanned.path) as stream:
-            for pdf in _batches(read_trace_events(stream, tally), rejects):
-                frame = spark.createDataFrame(pdf).select(
-                    F.lit(cluster).alias("cluster"), F.lit(scanned.sha256).alias("trace_id"), "*"
-                )
-                conform(frame, SILVER_PROFILER_EVENTS).write.mode("append").parquet(staging)
-                staged = True
-        events = (
-            spark.read.parquet(staging)
-            if staged
-            else spark.createDataFrame([], SILVER_PROFILER_EVENTS.schema)
-        )
-        replace_where(spark, settings, SILVER_PROFILER_EVENTS.name, events, where, retry=True)
-    finally:
-        if staged:
-            remove_path(spark, staging)
+    with _open(scanned.path) as stream:
+        for pdf in _batches(read_trace_events(stream, tally), rejects):
+            group.stage(scanned.sha256, pdf)
     for r in rejects:
         quarantine.append((cluster, "profiler", scanned.name, r.event_no + 1, r.raw, r.reason, now))
     host, pid = meta.host, None
@@ -349,38 +399,34 @@ def _land_trace(
     end = epoch_us(tally.max_end_us, meta.base_time_ns) if tally.max_end_us is not None else None
     job_id, how, detail = attribute(ctx, cluster, scanned.name, job, host, _ts(start), _ts(end))
     rank = meta.rank if meta.rank is not None else rank_in_name(scanned.name)
-    row = {
-        "cluster": cluster,
-        "trace_id": scanned.sha256,
-        "source_file": scanned.name,
-        "file_bytes": scanned.size,
-        "schema_gen": "legacy" if tally.legacy else "kineto",
-        "rank": rank,
-        "world_size": meta.world_size,
-        "backend": meta.backend,
-        "host": host,
-        "pid": pid,
-        "device_name": meta.device_name,
-        "compute_major": meta.compute_major,
-        "compute_minor": meta.compute_minor,
-        "device_mem_bytes": meta.device_mem_bytes,
-        "start_ts": _ts(start),
-        "end_ts": _ts(end),
-        "events": tally.kept,
-        "rejected_events": tally.rejected,
-        "has_steps": False,
-        "has_stacks": tally.has_stacks or tally.has_python,
-        "job_id": job_id,
-        "attribution": how,
-        "attribution_detail": detail,
-        "ingested_at": now,
-    }
-    frame = spark.createDataFrame([row], SILVER_PROFILER_TRACES.schema)
-    if tally.kept:
-        events = spark.read.format("delta").load(_events_path(ctx)).where(where)
-        has_steps = events.where(F.col("name").startswith("ProfilerStep#")).limit(1).count() > 0
-        frame = frame.withColumn("has_steps", F.lit(has_steps))
-    merge_into(spark, settings, SILVER_PROFILER_TRACES.name, frame)
+    group.rows.append(
+        {
+            "cluster": cluster,
+            "trace_id": scanned.sha256,
+            "source_file": scanned.name,
+            "file_bytes": scanned.size,
+            "schema_gen": "legacy" if tally.legacy else "kineto",
+            "rank": rank,
+            "world_size": meta.world_size,
+            "backend": meta.backend,
+            "host": host,
+            "pid": pid,
+            "device_name": meta.device_name,
+            "compute_major": meta.compute_major,
+            "compute_minor": meta.compute_minor,
+            "device_mem_bytes": meta.device_mem_bytes,
+            "start_ts": _ts(start),
+            "end_ts": _ts(end),
+            "events": tally.kept,
+            "rejected_events": tally.rejected,
+            "has_steps": tally.has_steps,
+            "has_stacks": tally.has_stacks or tally.has_python,
+            "job_id": job_id,
+            "attribution": how,
+            "attribution_detail": detail,
+            "ingested_at": now,
+        }
+    )
     ctx.progress(
         f"profiler: {scanned.name}: {tally.kept} event(s), {tally.rejected} quarantined; "
         f"rank {rank if rank is not None else '?'}, {how}"
@@ -390,11 +436,6 @@ def _land_trace(
 
 
 def _staging_root(ctx: Context) -> str:
-    """Where runs stage a trace's events before the one commit that lands them."""
+    """Where runs stage a group's events before the one commit that lands them."""
     return f"{warehouse_root(ctx.settings)}/_staging/profiler"
 
-
-def _events_path(ctx: Context) -> str:
-    from jobs.io.tables import table_path
-
-    return table_path(ctx.settings, SILVER_PROFILER_EVENTS.name)
