@@ -8,10 +8,11 @@ Python and JVM, and the ratio of the large warehouse's increment to the small on
     .venv/bin/python bench/ingest_increment.py --jobs 20000 100000   # a quicker pair
 
 A warehouse of N jobs holds N sacct jobs (4 lines each: job, .batch, .extern, .0) submitted over January
-2026 and 10 DCGM sample lines per job (each host one day of 30 s scrapes). The increment is a day's dump:
-`--day-jobs` new jobs (default 7,500 = 30,000 lines) submitted on 1 February, and `--day-samples` DCGM lines
-(default 300,000) of the next day's scrapes of the first hosts. New jobs only: a real day's dump also
-re-records jobs submitted earlier that ended that day (updates of stored keys), not generated here."""
+2026 and `--samples-per-job` DCGM sample lines per job (default 10; each host one day of 30 s scrapes).
+The increment is a day's dump: `--day-jobs` new jobs (default 7,500 = 30,000 lines) submitted on
+1 February, and `--day-samples` DCGM lines (default 300,000) of the next day's scrapes of the first hosts.
+New jobs only: a real day's dump also re-records jobs submitted earlier that ended that day (updates of
+stored keys), not generated here."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ingest_sacct import PeakRss, generate, load, run_jobfit
 MONTH = datetime(2026, 1, 1)
 DAY = datetime(2026, 2, 1)
 SAMPLES_PER_JOB = 10
+SETUP_JOBS = 250_000  # jobs per set-up ingest run (1M sacct lines)
 
 
 def _ingest(source: str, path: Path, warehouse: Path) -> tuple[float, dict, PeakRss]:
@@ -39,18 +41,27 @@ def _rss(rss: PeakRss) -> str:
     return f"Python {rss.python_bytes / 2**20:,.0f} MiB, JVM {rss.jvm_bytes / 2**20:,.0f} MiB"
 
 
-def one_size(jobs: int, day_jobs: int, day_samples: int, tmp: Path) -> dict[str, float]:
+def one_size(jobs: int, day_jobs: int, day_samples: int, per_job: int, tmp: Path) -> dict[str, float]:
     """Set up a warehouse of `jobs` jobs, then time the day's two increments; returns their seconds."""
     root = tmp / f"w{jobs}"
     root.mkdir()
     warehouse = root / "warehouse"
-    base = root / "month.sacct"
-    lines = generate(base, 4 * jobs + 1, seed=7, t0=MONTH, days=31)
-    seconds, report, rss = _ingest("sacct", base, warehouse)
-    print(f"  set-up sacct: {lines:,} lines in {seconds:.1f} s ({_rss(rss)})", flush=True)
+    # The month lands in runs of at most SETUP_JOBS jobs, as a backfill would (4M lines in one run overflow
+    # the default 4 GiB driver: docs/scale.md).
+    lines = seconds = 0.0
+    for part, first in enumerate(range(0, jobs, SETUP_JOBS)):
+        n = min(SETUP_JOBS, jobs - first)
+        base = root / f"month-{part}.sacct"
+        days = 31 * n // jobs or 1
+        start = MONTH + timedelta(days=days * part)
+        lines += generate(base, 4 * n + 1, seed=7 + part, first_job=1_000_000 + first, t0=start, days=days)
+        took, report, rss = _ingest("sacct", base, warehouse)
+        seconds += took
+        base.unlink()
+    print(f"  set-up sacct: {lines:,.0f} lines in {seconds:.1f} s ({_rss(rss)}, the last run)", flush=True)
     scrapes = root / "month-dcgm"
     scrapes.mkdir()
-    _, samples, _ = generate_dcgm(scrapes, SAMPLES_PER_JOB * jobs, seed=11, t0=DCGM_T0)
+    _, samples, _ = generate_dcgm(scrapes, per_job * jobs, seed=11, t0=DCGM_T0)
     seconds, report, rss = _ingest("dcgm", scrapes, warehouse)
     print(f"  set-up dcgm: {samples:,} lines in {seconds:.1f} s ({_rss(rss)})", flush=True)
     day = root / "day.sacct"
@@ -72,12 +83,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs=2, default=[100_000, 1_000_000], metavar=("SMALL", "LARGE"))
     parser.add_argument("--day-jobs", type=int, default=7_500)
     parser.add_argument("--day-samples", type=int, default=300_000)
+    parser.add_argument(
+        "--samples-per-job", type=int, default=SAMPLES_PER_JOB, help="DCGM lines stored per job (default 10)"
+    )
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="jobfit-increment-") as tmp:
         for jobs in args.jobs:
             print(f"warehouse of {jobs:,} jobs; load average {load()}", flush=True)
-            results[jobs] = one_size(jobs, args.day_jobs, args.day_samples, Path(tmp))
+            results[jobs] = one_size(jobs, args.day_jobs, args.day_samples, args.samples_per_job, Path(tmp))
     small, large = args.jobs
     print(f"\nincrement into {large:,} jobs / into {small:,} jobs (goal <= 1.5x); load average {load()}")
     for source in ("sacct", "dcgm"):

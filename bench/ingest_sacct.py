@@ -175,7 +175,9 @@ def run_jobfit(args: list[str], env: dict[str, str]) -> tuple[float, dict, PeakR
     elapsed = time.perf_counter() - started
     rss.stop()
     if proc.returncode != 0:
-        sys.exit(f"jobfit {' '.join(args)} failed ({proc.returncode}): {err.strip()[-2000:]}")
+        # The first error line names the cause (a JVM stack trace's tail does not); then the tail.
+        cause = next((ln for ln in err.splitlines() if "Error" in ln or "Exception" in ln), "")
+        sys.exit(f"jobfit {' '.join(args)} failed ({proc.returncode}): {cause[:500]}\n{err.strip()[-1500:]}")
     return elapsed, json.loads(out) if out.strip() else {}, rss
 
 
