@@ -58,14 +58,14 @@ def bench_models(held: list, configs: dict[str, str], seeds: int) -> None:
         first = test["us_n"].to_numpy() == 0
         for name, frame in (("model with code", table), ("model without code", without)):
             result = train_target(frame, spec, TrainParams(), RATE)
-            predicted = {name: result.predictor.predict(test if frame is table else without.loc[test.index])}
+            predicted = {name: result.predictor.predict(frame.loc[test.index])}
             variant = result.predictor.variant
             if frame is table:
                 by_name = {b.name: b for b in result.baselines}
                 cmp = compare_to_baselines(result.metrics, RATE)
                 # The strongest history rule on the real logs (docs/prediction.md), fixed before scoring.
                 for base in ("code_estimate", "code_estimate_tuned", "user_script_p95_tuned"):
-                    predicted[f"{base}"] = by_name[base].predict(test, spec.request)
+                    predicted[base] = by_name[base].predict(test, spec.request)
                 print(f"{seed:>4} best baseline with code: {cmp['best_baseline']}")
             for label, pred in predicted.items():
                 whole = evaluate_predictions(test, spec, pred)

@@ -8,7 +8,6 @@ gets the same values at training and at submit time (tests/test_code_features.py
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 
@@ -93,8 +92,7 @@ def with_code_features(
     rows = []
     for job_id, text, gpus in zip(jobs["job_id"], script_text, jobs["req_gpus"], strict=True):
         named = files.get(str(job_id), {})
-        digest = hashlib.sha256(repr(sorted(named.items())).encode("utf-8", "surrogatepass")).digest()
-        key = (text if isinstance(text, str) else None, digest, request_gpus(gpus))
+        key = (text if isinstance(text, str) else None, tuple(sorted(named.items())), request_gpus(gpus))
         if key not in seen:
             seen[key] = code_values(key[0], named, gpus)
         rows.append(seen[key])
