@@ -10,9 +10,11 @@ Python and JVM, and the ratio of the large warehouse's increment to the small on
 A warehouse of N jobs holds N sacct jobs (4 lines each: job, .batch, .extern, .0) submitted over January
 2026 and `--samples-per-job` DCGM sample lines per job (default 10; each host one day of 30 s scrapes).
 The increment is a day's dump: `--day-jobs` new jobs (default 7,500 = 30,000 lines) submitted on
-1 February, and `--day-samples` DCGM lines (default 300,000) of the next day's scrapes of the first hosts.
-New jobs only: a real day's dump also re-records jobs submitted earlier that ended that day (updates of
-stored keys), not generated here."""
+1 February, `--day-redumps` jobs of the month's last ingest run recorded again (default 2,500: a real day's
+dump re-records jobs submitted earlier; those the month left RUNNING now end, updates of stored keys, the
+rest are unchanged), and `--day-samples` DCGM lines (default 300,000) of the next day's scrapes of the
+first hosts. The re-recorded jobs reach back into the stored table, so the MERGE's key bounds
+(`jobs.io.tables.key_bounds`) cover the files of that run as well as the new jobs'."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from ingest_dcgm import T0 as DCGM_T0  # bench/ is on sys.path when a bench runs as a script
 from ingest_dcgm import generate as generate_dcgm
-from ingest_sacct import PeakRss, generate, load, run_jobfit
+from ingest_sacct import HEADER, PeakRss, generate, load, run_jobfit
 
 MONTH = datetime(2026, 1, 1)
 DAY = datetime(2026, 2, 1)
@@ -41,7 +43,24 @@ def _rss(rss: PeakRss) -> str:
     return f"Python {rss.python_bytes / 2**20:,.0f} MiB, JVM {rss.jvm_bytes / 2**20:,.0f} MiB"
 
 
-def one_size(jobs: int, day_jobs: int, day_samples: int, per_job: int, tmp: Path) -> dict[str, float]:
+def redump(month_part: Path, jobs: int, into: Path) -> int:
+    """Append the last `jobs` jobs (4 lines each) of a month's ingest file to the day's dump, a job the
+    month left RUNNING now COMPLETED at the day's start; returns the lines appended."""
+    lines = month_part.read_text().splitlines()[1:][-4 * jobs :]
+    fields = HEADER.split("|")
+    state, end = fields.index("State"), fields.index("End")
+    with into.open("a") as out:
+        for line in lines:
+            values = line.split("|")
+            if values[state] == "RUNNING":
+                values[state], values[end] = "COMPLETED", DAY.isoformat()
+            out.write("|".join(values) + "\n")
+    return len(lines)
+
+
+def one_size(
+    jobs: int, day_jobs: int, day_redumps: int, day_samples: int, per_job: int, tmp: Path
+) -> dict[str, float]:
     """Set up a warehouse of `jobs` jobs, then time the day's two increments; returns their seconds."""
     root = tmp / f"w{jobs}"
     root.mkdir()
@@ -57,7 +76,7 @@ def one_size(jobs: int, day_jobs: int, day_samples: int, per_job: int, tmp: Path
         lines += generate(base, 4 * n + 1, seed=7 + part, first_job=1_000_000 + first, t0=start, days=days)
         took, report, rss = _ingest("sacct", base, warehouse)
         seconds += took
-        base.unlink()
+        last_part = base
     print(f"  set-up sacct: {lines:,.0f} lines in {seconds:.1f} s ({_rss(rss)}, the last run)", flush=True)
     scrapes = root / "month-dcgm"
     scrapes.mkdir()
@@ -66,9 +85,14 @@ def one_size(jobs: int, day_jobs: int, day_samples: int, per_job: int, tmp: Path
     print(f"  set-up dcgm: {samples:,} lines in {seconds:.1f} s ({_rss(rss)})", flush=True)
     day = root / "day.sacct"
     day_lines = generate(day, 4 * day_jobs + 1, seed=8, first_job=10_000_000, t0=DAY, days=1)
+    day_lines += redump(last_part, day_redumps, day)
+    for part in root.glob("month-*.sacct"):
+        part.unlink()
     sacct_s, report, rss = _ingest("sacct", day, warehouse)
     assert report["read"] == day_lines, report
     phases = ", ".join(f"{k} {v:.1f}" for k, v in report.get("phases_s", {}).items())
+    counts = {k: report.get(k) for k in ("inserted", "updated", "unchanged")}
+    print(f"  increment sacct counts: {counts}")
     print(f"  increment sacct: {day_lines:,} lines in {sacct_s:.1f} s ({_rss(rss)}); phases s: {phases}")
     day_scrapes = root / "day-dcgm"
     day_scrapes.mkdir()
@@ -82,6 +106,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs=2, default=[100_000, 1_000_000], metavar=("SMALL", "LARGE"))
     parser.add_argument("--day-jobs", type=int, default=7_500)
+    parser.add_argument(
+        "--day-redumps",
+        type=int,
+        default=2_500,
+        help="stored jobs the day's dump records again (default 2,500)",
+    )
     parser.add_argument("--day-samples", type=int, default=300_000)
     parser.add_argument(
         "--samples-per-job", type=int, default=SAMPLES_PER_JOB, help="DCGM lines stored per job (default 10)"
@@ -91,7 +121,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="jobfit-increment-") as tmp:
         for jobs in args.jobs:
             print(f"warehouse of {jobs:,} jobs; load average {load()}", flush=True)
-            results[jobs] = one_size(jobs, args.day_jobs, args.day_samples, args.samples_per_job, Path(tmp))
+            results[jobs] = one_size(
+                jobs, args.day_jobs, args.day_redumps, args.day_samples, args.samples_per_job, Path(tmp)
+            )
     small, large = args.jobs
     print(f"\nincrement into {large:,} jobs / into {small:,} jobs (goal <= 1.5x); load average {load()}")
     for source in ("sacct", "dcgm"):

@@ -128,6 +128,38 @@ def merge_into(
     return MergeCounts(inserted=inserted, updated=updated, unchanged=max(rows - inserted - updated, 0))
 
 
+def key_bounds(df: DataFrame, key: tuple[str, ...], alias: str = "t") -> str | None:
+    """A `target_filter` for a MERGE of `df` on `key`: each key column of the target between the least and
+    the greatest value `df` holds (equal when they are the same). A target row a source row matches has
+    every key column equal to that row's, so it lies in every range: the filter never drops a match, and
+    Delta skips the data files whose min/max statistics fall outside it (a day's new jobs touch the files
+    of their own id range, not all of silver.jobs). Strings compare as strings (`"99" > "100"`): still
+    correct, only less selective. Columns of other types, and columns `df` holds only nulls in, are left
+    unbounded; None when nothing is bounded (an empty `df`).
+    One pass over `df` (cache it first when it is expensive)."""
+    types = dict(df.dtypes)
+    bounded = [k for k in key if types.get(k) in ("string", "int", "bigint", "smallint", "tinyint")]
+    if not bounded:
+        return None
+    row = df.agg(
+        *(
+            agg(k).alias(f"{name}_{i}")
+            for i, k in enumerate(bounded)
+            for name, agg in (("lo", F.min), ("hi", F.max))
+        )
+    ).first()
+    terms = []
+    for i, k in enumerate(bounded):
+        lo, hi = (row[f"lo_{i}"], row[f"hi_{i}"]) if row is not None else (None, None)
+        if lo is None:  # an empty frame, or only nulls (which match nothing)
+            continue
+        if isinstance(lo, str):
+            lo, hi = sql_string(lo), sql_string(hi)
+        column = f"{alias}.`{k}`" if alias else f"`{k}`"
+        terms.append(f"{column} = {lo}" if lo == hi else f"{column} BETWEEN {lo} AND {hi}")
+    return " AND ".join(terms) or None
+
+
 def append_rows(spark: SparkSession, settings: Settings, name: str, df: DataFrame) -> int:
     """Append `df` to the table (created when missing) without a MERGE: for rows the caller knows are new
     (bronze lines of files not landed before). Returns the rows appended, from the commit's metrics."""

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
-from jobs.io.tables import MergeCounts, merge_into, read_table, sql_string
+from jobs.io.tables import MergeCounts, key_bounds, merge_into, read_table, sql_string
 from jobs.io.validate import validate
 from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE, SILVER_JOBS
 
@@ -276,6 +276,23 @@ def known_files(ctx: Context, source: str, cluster: str) -> set[str]:
     return {r["file_sha256"] for r in rows}
 
 
+# Above this many input files a bronze MERGE bounds the hashes by their range instead of listing them.
+BRONZE_SCOPE_IN_MAX = 1_000
+
+
+def _bronze_scope(lines: DataFrame, hashes: Iterable[str] | None) -> str | None:
+    """The target rows a bronze MERGE of `lines` can match: those of its files' hashes (Delta then reads
+    only the bronze files holding those files' lines; each ingest writes its own). None when empty."""
+    if hashes is None:
+        hashes = [r["file_sha256"] for r in lines.select("file_sha256").distinct().collect()]
+    hashes = sorted(set(hashes))
+    if not hashes:
+        return None
+    if len(hashes) > BRONZE_SCOPE_IN_MAX:  # a long IN list costs more to plan than it saves
+        return f"t.file_sha256 BETWEEN {sql_string(hashes[0])} AND {sql_string(hashes[-1])}"
+    return f"t.file_sha256 IN ({', '.join(sql_string(h) for h in hashes)})"
+
+
 def append_bronze(ctx: Context, source: str, lines: DataFrame, hashes: Iterable[str] | None = None) -> int:
     """Land the lines of files not yet in bronze.<source> (the caller skips known files); the rows added.
 
@@ -283,12 +300,9 @@ def append_bronze(ctx: Context, source: str, lines: DataFrame, hashes: Iterable[
     file at once both find it unknown, and two appends would both commit; the later MERGE conflicts with
     the earlier commit, is retried, and finds the lines there. `hashes` (the inputs' file_sha256) bound
     the target files Delta reads; without them they are collected from `lines`."""
-    if hashes is None:
-        hashes = [r["file_sha256"] for r in lines.select("file_sha256").distinct().collect()]
-    hashes = sorted(set(hashes))
-    if not hashes:
+    scope = _bronze_scope(lines, hashes)
+    if scope is None:
         return 0
-    scope = f"t.file_sha256 IN ({', '.join(sql_string(h) for h in hashes)})"
     counts = merge_into(
         ctx.spark, ctx.settings, f"bronze.{source}", lines, insert_only=True, target_filter=scope
     )
@@ -317,8 +331,12 @@ def bronze_frame(ctx: Context, files: list[SourceFile], cluster: str) -> DataFra
 
 
 def write_bronze(ctx: Context, source: str, bronze: DataFrame) -> MergeCounts:
-    """Append raw lines to bronze.<source>; lines already there (same file content) add nothing."""
-    return merge_into(ctx.spark, ctx.settings, f"bronze.{source}", bronze, insert_only=True)
+    """Append raw lines to bronze.<source>; lines already there (same file content) add nothing. Only the
+    bronze files holding lines of the same input files are read (`_bronze_scope`)."""
+    scope = _bronze_scope(bronze, None)
+    return merge_into(
+        ctx.spark, ctx.settings, f"bronze.{source}", bronze, insert_only=True, target_filter=scope
+    )
 
 
 def write_quarantine(ctx: Context, rejects: DataFrame) -> MergeCounts:
@@ -354,6 +372,7 @@ def merge_jobs(ctx: Context, rows: DataFrame, source: str) -> tuple[MergeCounts,
         SILVER_JOBS.name,
         checked.valid,
         update_when=f"({rule.sql('s', 't')}) AND NOT ({same_record})",
+        target_filter=key_bounds(unique, SILVER_JOBS.key),  # the valid rows' keys lie within these
     )
     rows.unpersist()
     unique.unpersist()

@@ -438,4 +438,3 @@ def _stage_trace(
 def _staging_root(ctx: Context) -> str:
     """Where runs stage a group's events before the one commit that lands them."""
     return f"{warehouse_root(ctx.settings)}/_staging/profiler"
-

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.context import Context, DataError, UsageError
-from jobs.io.tables import MergeCounts, conform, merge_into, read_table, table_exists
+from jobs.io.tables import MergeCounts, conform, key_bounds, merge_into, read_table, table_exists
 from jobs.io.validate import Validation, validate, validate_in_spark
 from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
 from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS, SILVER_JOBSTATS, TableSpec
@@ -122,12 +122,15 @@ def parse_files(bronze: DataFrame, layouts: dict[str, sacct.Layout]) -> DataFram
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def _classify(ctx: Context, spec: TableSpec, batch: DataFrame) -> DataFrame:
+def _classify(ctx: Context, spec: TableSpec, batch: DataFrame, scope: str | None) -> DataFrame:
     """Each batch row against the stored table: insert (new key), unchanged (same content), update
-    (newer, by the table's `NewerWins` rule) or superseded (the stored row is newer)."""
+    (newer, by the table's `NewerWins` rule) or superseded (the stored row is newer). `scope` (over `t.`,
+    `key_bounds`) holds for every stored row a batch row can meet: Delta reads only the files it admits."""
     content = [f.name for f in spec.schema.fields if f.name not in _PROVENANCE]
     source = conform(batch, spec).withColumn("_hash", sacct.content_hash(batch, content))
-    target = read_table(ctx.spark, ctx.settings, spec.name)
+    target = read_table(ctx.spark, ctx.settings, spec.name).alias("t")
+    if scope is not None:
+        target = target.where(F.expr(scope))
     target = target.select(
         *spec.key, "state", "end_ts", "start_ts", sacct.content_hash(target, content).alias("_hash")
     ).withColumn("_present", F.lit(True))
@@ -152,11 +155,20 @@ def _write(ctx: Context, spec: TableSpec, batch: DataFrame, rows: int) -> tuple[
     if not table_exists(ctx.spark, ctx.settings, spec.name):  # the first load: every row is new
         merge_into(ctx.spark, ctx.settings, spec.name, batch)
         return MergeCounts(inserted=rows), 0
-    classified = _classify(ctx, spec, batch).persist(StorageLevel.MEMORY_AND_DISK)
+    # The daily case is a small batch against a large table: bound both reads of it by the batch's keys.
+    scope = key_bounds(batch, spec.key)
+    classified = _classify(ctx, spec, batch, scope).persist(StorageLevel.MEMORY_AND_DISK)
     counts = Counter({r["_category"]: r["count"] for r in classified.groupBy("_category").count().collect()})
     if counts["insert"] or counts["update"]:
         changed = classified.where(F.col("_category").isin("insert", "update"))
-        merge_into(ctx.spark, ctx.settings, spec.name, changed, update_when=spec.newer.sql("s", "t"))
+        merge_into(
+            ctx.spark,
+            ctx.settings,
+            spec.name,
+            changed,
+            update_when=spec.newer.sql("s", "t"),
+            target_filter=scope,
+        )
     classified.unpersist()
     return MergeCounts(counts["insert"], counts["update"], counts["unchanged"]), counts["superseded"]
 
