@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -175,9 +176,16 @@ def run_jobfit(args: list[str], env: dict[str, str]) -> tuple[float, dict, PeakR
     elapsed = time.perf_counter() - started
     rss.stop()
     if proc.returncode != 0:
-        # The first error line names the cause (a JVM stack trace's tail does not); then the tail.
-        cause = next((ln for ln in err.splitlines() if "Error" in ln or "Exception" in ln), "")
-        sys.exit(f"jobfit {' '.join(args)} failed ({proc.returncode}): {cause[:500]}\n{err.strip()[-1500:]}")
+        # The lines naming a Java or Python error (py4j's "An error occurred while calling ...", the JVM's
+        # exception and its "Caused by"), not stack frames; then the tail.
+        named = re.compile(r"(Error|Exception|error occurred)[:(]|Caused by")
+        causes = [
+            ln.strip() for ln in err.splitlines() if named.search(ln) and not ln.lstrip().startswith("at ")
+        ]
+        cause = "\n".join(dict.fromkeys(causes))
+        sys.exit(
+            f"jobfit {' '.join(args)} failed ({proc.returncode}):\n{cause[:3000]}\n{err.strip()[-1500:]}"
+        )
     return elapsed, json.loads(out) if out.strip() else {}, rss
 
 

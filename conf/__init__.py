@@ -122,6 +122,7 @@ class BottleneckSettings(_Strict):
     launch_runtime_pct: float = Field(20.0, ge=0, le=100)  # CUDA runtime share of step time ...
     launch_short_kernel_us: float = Field(10.0, gt=0)  # ... and most kernels shorter than this
     launch_short_kernel_pct: float = Field(50.0, ge=0, le=100)
+    launch_wait_pct: float = Field(10.0, ge=0, le=100)  # ... or the GPU idle waiting on launches, of the step
     sync_pct: float = Field(10.0, ge=0, le=100)  # host time blocked in synchronising calls
     memcpy_pct: float = Field(10.0, ge=0, le=100)  # memcpy share of step time
     communication_pct: float = Field(10.0, ge=0, le=100)  # NCCL time not overlapped with compute

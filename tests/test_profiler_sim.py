@@ -91,13 +91,13 @@ def test_truth_has_mild_causes_and_healthy_jobs(scored) -> None:
 # Measured on this sample (N_JOBS, SEED: see the table this test prints; docs/bottlenecks.md gives the 500-job
 # figures), minus a margin. The goal (>= 0.90 everywhere, nothing on healthy jobs) is not reached for
 # low_tensor_core (FP32 GEMMs are flagged even where AMP would not shorten the step), communication_bound
-# (one false finding of three here) and, at the 10 % boundary, memcpy_bound and launch_bound. The sample has
+# (one false finding of three here) and, at the 10 % boundary, memcpy_bound. The sample has
 # no straggler worth 10 % (the 500-job bench has 15; tests/test_profiler.py checks the rule on matched ranks).
 FLOORS = {
     "input_bound": (0.90, 0.90),
     "memcpy_bound": (0.70, 0.90),
     "sync_bound": (0.85, 0.85),
-    "launch_bound": (0.90, 0.70),
+    "launch_bound": (0.90, 0.85),  # measured 13 of 14, none false
     "low_tensor_core": (0.55, 0.90),
     "communication_bound": (0.60, 0.90),
 }
@@ -113,7 +113,7 @@ def test_findings_against_the_truth(scored) -> None:
     assert score.fp.get("low_occupancy", 0) == 0 and score.fp.get("idle_gpu", 0) <= 1
     assert score.fp.get("straggler", 0) == 0
     assert score.healthy_with_finding <= 0.1 * score.healthy_jobs  # measured 2 of 26
-    assert score.lines_right >= 0.95 * score.lines_checked  # measured 40 of 40
+    assert score.lines_right >= 0.95 * score.lines_checked  # measured 41 of 42
 
 
 def test_single_rank_healthy_jobs_get_only_the_known_false_finding(scored) -> None:

@@ -322,16 +322,25 @@ def _rank_findings(
                 {"dataloader_pct": share},
             )
         )
+    sync = ev[
+        (ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.match(SYNC_RUNTIME_RE.pattern))
+        | (ev["kind"].isin(("cpu_op",)) & ev["name"].isin(SYNC_OP_NAMES))
+    ]
+    sync = _in_steps(sync, steps)
+    # What a sync costs is the GPU idle it opens (HTA's idle "host wait": the queue drained while the host
+    # waited, then the GPU waited for the host), not the host's blocked time, during which the GPU works.
+    stall, per_call = _idle_opened_by(sync, ev, steps) if len(sync) and step_total > 0 else (0.0, None)
+    sync_pct = 100.0 * stall / step_total if step_total > 0 else 0.0
     # launch_bound
     if len(kernels):
         short = kernels["dur_us"] < s.launch_short_kernel_us
         short_pct = 100.0 * float(short.mean())
-        # The GPU starved by launches: a large runtime share, or (HTA's idle breakdown) the GPU idle for most
-        # of the step (torch-tb-profiler's utilisation < 50 %) with most of that idle waiting on the host.
-        starved = (
-            gb.idle_split_pct["host_wait"] >= 50.0
-            and 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"] - pct["dataloader"] >= s.idle_pct
-        )
+        # The GPU starved by the host: the step's GPU idle (no kernel, copy or memset) times HTA's host-wait
+        # share of idle, less what the DataLoader and the syncs explain — the time the GPU waits for the host
+        # to launch its next work, which launching faster (fusion, CUDA graphs) gives back.
+        idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
+        waiting = max(0.0, idle * gb.idle_split_pct["host_wait"] / 100.0 - pct["dataloader"] - sync_pct)
+        starved = waiting >= s.launch_wait_pct
         if (pct["runtime"] >= s.launch_runtime_pct or starved) and short_pct >= s.launch_short_kernel_pct:
             launches = _in_steps(ev[ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains("Launch")], steps)
             frame = finder.top(launches.assign(n=1.0), gpu=False, weight="n")
@@ -339,45 +348,40 @@ def _rank_findings(
                 Finding(
                     "launch_bound",
                     None,
-                    pct["runtime"],
-                    f"CUDA runtime {pct['runtime']:.1f} % of step time; {short_pct:.0f} % of {len(kernels)} "
+                    max(pct["runtime"], waiting),
+                    f"GPU idle {waiting:.1f} % of step time waiting for the host to launch work; CUDA "
+                    f"runtime {pct['runtime']:.1f} % of step time; {short_pct:.0f} % of {len(kernels)} "
                     f"kernels under {s.launch_short_kernel_us:.0f} µs "
                     f"(median {kernels['dur_us'].median():.1f} µs)",
                     RULES["launch_bound"].fix.format(
                         short_pct=short_pct, short_us=s.launch_short_kernel_us, where=_where(frame)
                     ),
                     frame,
-                    {"runtime_pct": pct["runtime"], "short_kernel_pct": short_pct},
+                    {
+                        "runtime_pct": pct["runtime"],
+                        "short_kernel_pct": short_pct,
+                        "launch_wait_pct": waiting,
+                    },
                 )
             )
     # sync_bound
-    sync = ev[
-        (ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.match(SYNC_RUNTIME_RE.pattern))
-        | (ev["kind"].isin(("cpu_op",)) & ev["name"].isin(SYNC_OP_NAMES))
-    ]
-    sync = _in_steps(sync, steps)
-    if len(sync) and step_total > 0:
-        # What a sync costs is the GPU idle it opens (HTA's idle "host wait": the queue drained while the host
-        # waited, then the GPU waited for the host), not the host's blocked time, during which the GPU works.
-        stall, per_call = _idle_opened_by(sync, ev, steps)
-        sync_pct = 100.0 * stall / step_total
-        if sync_pct >= s.sync_pct:
-            blocked_pct = 100.0 * _window_time(sync, steps) / step_total
-            stalling = sync.assign(stall_us=per_call)
-            frame = finder.top(stalling[stalling["stall_us"] > 0], gpu=False, weight="stall_us")
-            top_op = sync.groupby("name")["dur_us"].sum().idxmax()
-            out.append(
-                Finding(
-                    "sync_bound",
-                    None,
-                    sync_pct,
-                    f"GPU idle {sync_pct:.1f} % of step time after {len(sync)} synchronising call(s) drained "
-                    f"its queue (host blocked {blocked_pct:.1f} % in them), mostly {top_op}",
-                    RULES["sync_bound"].fix.format(where=_where(frame), op=top_op),
-                    frame,
-                    {"sync_pct": sync_pct, "blocked_pct": blocked_pct},
-                )
+    if len(sync) and step_total > 0 and sync_pct >= s.sync_pct:
+        blocked_pct = 100.0 * _window_time(sync, steps) / step_total
+        stalling = sync.assign(stall_us=per_call)
+        frame = finder.top(stalling[stalling["stall_us"] > 0], gpu=False, weight="stall_us")
+        top_op = sync.groupby("name")["dur_us"].sum().idxmax()
+        out.append(
+            Finding(
+                "sync_bound",
+                None,
+                sync_pct,
+                f"GPU idle {sync_pct:.1f} % of step time after {len(sync)} synchronising call(s) drained "
+                f"its queue (host blocked {blocked_pct:.1f} % in them), mostly {top_op}",
+                RULES["sync_bound"].fix.format(where=_where(frame), op=top_op),
+                frame,
+                {"sync_pct": sync_pct, "blocked_pct": blocked_pct},
             )
+        )
     # memcpy_bound
     if pct["memcpy"] >= s.memcpy_pct:
         copies = _in_steps(ev[ev["kind"] == "memcpy"], steps)
