@@ -331,14 +331,15 @@ def _rank_findings(
     # waited, then the GPU waited for the host), not the host's blocked time, during which the GPU works.
     stall, per_call = _idle_opened_by(sync, ev, steps) if len(sync) and step_total > 0 else (0.0, None)
     sync_pct = 100.0 * stall / step_total if step_total > 0 else 0.0
+    # The step's GPU idle (no kernel, copy or memset), % of step time: launch_bound's and idle_gpu's.
+    idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
     # launch_bound
     if len(kernels):
         short = kernels["dur_us"] < s.launch_short_kernel_us
         short_pct = 100.0 * float(short.mean())
-        # The GPU starved by the host: the step's GPU idle (no kernel, copy or memset) times HTA's host-wait
-        # share of idle, less what the DataLoader and the syncs explain — the time the GPU waits for the host
-        # to launch its next work, which launching faster (fusion, CUDA graphs) gives back.
-        idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
+        # The GPU starved by the host: the step's GPU idle times HTA's host-wait share of idle, less what the
+        # DataLoader and the syncs explain — the time the GPU waits for the host to launch its next work,
+        # which launching faster (fusion, CUDA graphs) gives back.
         waiting = max(0.0, idle * gb.idle_split_pct["host_wait"] / 100.0 - pct["dataloader"] - sync_pct)
         starved = waiting >= s.launch_wait_pct
         if (pct["runtime"] >= s.launch_runtime_pct or starved) and short_pct >= s.launch_short_kernel_pct:
@@ -475,8 +476,7 @@ def _rank_findings(
                     {"occupancy_pct": mean_occ},
                 )
             )
-    # idle_gpu: idle within the steps (no kernel, copy or memset) and nothing above explains it
-    idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
+    # idle_gpu: idle within the steps and nothing above explains it
     if not out and idle >= s.idle_pct:
         out.append(
             Finding(
