@@ -29,7 +29,10 @@ _QUIET_CONF = {
     "spark.sql.adaptive.enabled": "true",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
-    "spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp",
+    # Twice the JVM's 240 MB code cache: a CI build died with "Out of space in CodeCache for method handle
+    # intrinsic" (JDK 17 cannot fall back to another code heap for those, JDK-8295724); only reserved, so
+    # an idle driver commits no more memory than before.
+    "spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp -XX:ReservedCodeCacheSize=512m",
     # Driver-side pandas frames (bronze lines, validation batches) cross to and from the JVM through Arrow.
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # A TRES string naming one item twice keeps the last value instead of failing the whole run.
