@@ -123,7 +123,7 @@ class BottleneckSettings(_Strict):
     launch_short_kernel_us: float = Field(10.0, gt=0)  # ... and most kernels shorter than this
     launch_short_kernel_pct: float = Field(50.0, ge=0, le=100)
     launch_wait_pct: float = Field(10.0, ge=0, le=100)  # ... or the GPU idle waiting on launches, of the step
-    sync_pct: float = Field(10.0, ge=0, le=100)  # host time blocked in synchronising calls
+    sync_pct: float = Field(10.0, ge=0, le=100)  # GPU idle the synchronising calls cost (sync_bound)
     memcpy_pct: float = Field(10.0, ge=0, le=100)  # memcpy share of step time
     communication_pct: float = Field(10.0, ge=0, le=100)  # NCCL time not overlapped with compute
     tensor_core_gemm_pct: float = Field(20.0, ge=0, le=100)  # GEMM/conv share of kernel time ...

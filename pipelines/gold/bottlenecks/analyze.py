@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,25 +227,50 @@ def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> list[t
     return [(float(d), float(x), bool(i)) for d, x, i in zip(b - a, exposed, inside, strict=True)]
 
 
-def _idle_opened_by(
+def _sync_stall(
     sync: pd.DataFrame, ev: pd.DataFrame, steps: list[tuple[float, float]]
 ) -> tuple[float, np.ndarray]:
-    """GPU idle time inside the steps (no kernel, copy or memset on any stream) in the gaps that open while a
-    synchronising call is blocking: the GPU ran dry because the host was waiting on it (µs); and per sync
-    row, the idle of the gaps opening inside it (for the line)."""
+    """What the synchronising calls cost the GPU (µs), and per sync row its weight for the line.
+
+    Two costs. The GPU idle while the host sits in the call (the queue ran dry before it returned, or was dry
+    all along: a host-bound loop's `.item()` is host time the GPU waits through). And the lead: while a sync
+    blocks, the GPU works off its queue and the host falls behind by that much, a lead it would have kept
+    without the sync and kept adding to at each later sync; GPU idle after the call (inside the steps) is
+    time the host, that far ahead, would have filled (a DataLoader fetch or the next launches overlapped with
+    the drained work), and filling it uses the lead up. So, in time order over the blocking spans
+    (overlapping calls merged): the span's idle is its cost; the lead grows by the GPU's busy time in the
+    span; the idle from its end to the next span's start takes what it can of the lead, charged to the spans
+    whose lead it was, oldest first. A sync ending a GPU-bound step whose next step starts at once costs
+    only the idle before that start.
+    """
     gpu = ev[ev["is_gpu"]]
     window = merge(*zip(*steps, strict=True))
-    gaps = subtract(window, merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy()))
-    if not gaps.size:
+    busy = merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy())
+    idle = subtract(window, busy)
+    if not idle.size or not busy.size:
         return 0.0, np.zeros(len(sync))
     blocking = merge(sync["ts_us"].to_numpy(), sync["end_us"].to_numpy())
-    idx = np.searchsorted(blocking[:, 0], gaps[:, 0], side="right") - 1
-    inside = (idx >= 0) & (gaps[:, 0] <= blocking[np.clip(idx, 0, None), 1])
-    starts, lengths = gaps[inside, 0], gaps[inside, 1] - gaps[inside, 0]
-    cum = np.concatenate([[0.0], np.cumsum(lengths)])
-    lo = np.searchsorted(starts, sync["ts_us"].to_numpy(), side="left")
-    hi = np.searchsorted(starts, sync["end_us"].to_numpy(), side="right")
-    return float(lengths.sum()), cum[hi] - cum[lo]
+    until = np.append(blocking[1:, 0], max(window[-1, 1], blocking[-1, 1]))
+    leads = _covered(busy, blocking[:, 0], blocking[:, 1])
+    idles = _covered(idle, blocking[:, 1], until)
+    inside = _covered(idle, blocking[:, 0], blocking[:, 1])
+    cost = inside.copy()
+    owed: deque[list[float]] = deque()  # [span, lead left], oldest first
+    for i, (lead, gap) in enumerate(zip(leads.tolist(), idles.tolist(), strict=True)):
+        if lead > 0:
+            owed.append([i, lead])
+        while gap > 0 and owed:
+            taken = min(gap, owed[0][1])
+            cost[int(owed[0][0])] += taken
+            gap -= taken
+            owed[0][1] -= taken
+            if owed[0][1] <= 0:
+                owed.popleft()
+    # The line: the calls the GPU ran dry in (each stalls the pipeline where it stands); without any, those
+    # whose lead the idle took.
+    weight = inside if inside.sum() > 0 else cost
+    span = np.searchsorted(blocking[:, 0], sync["ts_us"].to_numpy(), side="right") - 1
+    return float(cost.sum()), weight[np.clip(span, 0, None)]
 
 
 def analyze_rank(
@@ -327,9 +353,9 @@ def _rank_findings(
         | (ev["kind"].isin(("cpu_op",)) & ev["name"].isin(SYNC_OP_NAMES))
     ]
     sync = _in_steps(sync, steps)
-    # What a sync costs is the GPU idle it opens (HTA's idle "host wait": the queue drained while the host
-    # waited, then the GPU waited for the host), not the host's blocked time, during which the GPU works.
-    stall, per_call = _idle_opened_by(sync, ev, steps) if len(sync) and step_total > 0 else (0.0, None)
+    # What a sync costs is the GPU idle the host's lost lead would have filled (`_sync_stall`), not the host's
+    # blocked time, during which the GPU works.
+    stall, per_call = _sync_stall(sync, ev, steps) if len(sync) and step_total > 0 else (0.0, None)
     sync_pct = 100.0 * stall / step_total if step_total > 0 else 0.0
     # The step's GPU idle (no kernel, copy or memset), % of step time: launch_bound's and idle_gpu's.
     idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
@@ -376,8 +402,9 @@ def _rank_findings(
                 "sync_bound",
                 None,
                 sync_pct,
-                f"GPU idle {sync_pct:.1f} % of step time after {len(sync)} synchronising call(s) drained "
-                f"its queue (host blocked {blocked_pct:.1f} % in them), mostly {top_op}",
+                f"GPU idle {sync_pct:.1f} % of step time through {len(sync)} synchronising call(s) or "
+                f"after them, where the host had fallen behind while blocked ({blocked_pct:.1f} % of the "
+                f"step), mostly {top_op}",
                 RULES["sync_bound"].fix.format(where=_where(frame), op=top_op),
                 frame,
                 {"sync_pct": sync_pct, "blocked_pct": blocked_pct},
