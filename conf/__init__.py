@@ -128,6 +128,7 @@ class BottleneckSettings(_Strict):
     communication_pct: float = Field(10.0, ge=0, le=100)  # NCCL time not overlapped with compute
     tensor_core_gemm_pct: float = Field(20.0, ge=0, le=100)  # GEMM/conv share of kernel time ...
     tensor_core_fp32_pct: float = Field(80.0, ge=0, le=100)  # ... of which ran without Tensor Cores
+    tensor_core_step_pct: float = Field(10.0, ge=0, le=100)  # ... on the critical path this share of step
     occupancy_pct: float = Field(25.0, ge=0, le=100)  # time-weighted achieved occupancy below this
     occupancy_kernel_pct: float = Field(30.0, ge=0, le=100)  # when kernels fill this share of the step
     straggler_ratio: float = Field(1.2, gt=1)  # the slow rank's step over its step without the others' wait

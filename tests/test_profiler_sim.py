@@ -90,15 +90,15 @@ def test_truth_has_mild_causes_and_healthy_jobs(scored) -> None:
 
 # Measured on this sample (N_JOBS, SEED: see the table this test prints; docs/bottlenecks.md gives the 500-job
 # figures), minus a margin. The goal (>= 0.90 everywhere, nothing on healthy jobs) is not reached for
-# low_tensor_core (FP32 GEMMs are flagged even where AMP would not shorten the step), communication_bound
-# (one false finding of three here) and, at the 10 % boundary, memcpy_bound. The sample has
+# low_tensor_core (one FP32 GEMM finding whose speed-up saves 5.7 %), communication_bound (one false finding
+# of three here) and, at the 10 % boundary, memcpy_bound. The sample has
 # no straggler worth 10 % (the 500-job bench has 15; tests/test_profiler.py checks the rule on matched ranks).
 FLOORS = {
     "input_bound": (0.90, 0.90),
     "memcpy_bound": (0.70, 0.90),
     "sync_bound": (0.90, 0.85),  # measured 12 of 13, none false
     "launch_bound": (0.90, 0.85),  # measured 13 of 14, none false
-    "low_tensor_core": (0.55, 0.90),
+    "low_tensor_core": (0.75, 0.90),  # measured 4 of 5, all found
     "communication_bound": (0.60, 0.90),
 }
 
@@ -116,10 +116,10 @@ def test_findings_against_the_truth(scored) -> None:
     assert score.lines_right >= 0.95 * score.lines_checked  # measured 41 of 42
 
 
-def test_single_rank_healthy_jobs_get_only_the_known_false_finding(scored) -> None:
+def test_single_rank_healthy_jobs_get_no_finding(scored) -> None:
     _, results = scored
     healthy = [res for res in results if not res.true_kinds and res.model.facts.ranks == 1]
     assert healthy
-    # FP32 GEMMs on a Tensor-Core GPU are flagged by torch-tb-profiler's rule even when AMP would not shorten
-    # the step (a host-bound loop, a GEMM-light model): the one false finding left on one-rank jobs.
-    assert {k for res in healthy for k in res.found_kinds} <= {"low_tensor_core"}
+    # FP32 GEMMs on a Tensor-Core GPU used to be flagged by torch-tb-profiler's rule even when AMP would not
+    # shorten the step (a host-bound loop): low_tensor_core now counts only GEMMs the host waited for.
+    assert {k for res in healthy for k in res.found_kinds} == set()

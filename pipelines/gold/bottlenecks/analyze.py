@@ -21,6 +21,7 @@ from conf import BottleneckSettings
 from pipelines.gold.bottlenecks.breakdown import (
     COMM_KERNEL_RE,
     RUNTIME_CATS,
+    Ranges,
     find_steps,
     gpu_breakdown,
     intersect,
@@ -39,6 +40,8 @@ SYNC_RUNTIME_RE = re.compile(
     r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|StreamWaitEvent)"
 )
 SYNC_OP_NAMES = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal"})
+# CUDA/HIP calls that may wait for the device before returning (besides the syncs above).
+DEVICE_WAIT_CALL_RE = re.compile(r"^(?:cuda|hip)(?:Memcpy|Memset|Malloc|Free)")
 GEMM_RE = re.compile(r"gemm|conv|cutlass|xmma|cublas|implicit_convolve|wgrad|dgrad|fprop|Kernel_mm", re.I)
 # Tensor-Core kernels by name (torch-tb-profiler's TC_Allowlist, after NVIDIA PyProf), plus later names.
 TENSOR_CORE_RE = re.compile(
@@ -273,6 +276,43 @@ def _sync_stall(
     return float(cost.sum()), weight[np.clip(span, 0, None)]
 
 
+def _host_waited_for(ev: pd.DataFrame, sync: pd.DataFrame, window: Ranges) -> Ranges | None:
+    """The stretches of GPU work the host waited for: back-to-back work (an op after a gap launched before
+    the gap opened is queued, HTA's kernel wait, and continues the stretch) that ends while the host is
+    blocked — in a sync, or in a CUDA call that waits for the device (a copy from pageable memory, an
+    allocation) — or runs to the end of the steps. Only work there lengthens the step: a stretch that ends
+    because the host has not launched the next op (a host-bound loop, a DataLoader wait) would, done faster,
+    only idle longer. Launches are joined to GPU ops by correlation (as HTA's idle split); None when none is
+    in the trace."""
+    gpu = ev[ev["is_gpu"] & ev["correlation"].notna()]
+    launches = ev[~ev["is_gpu"] & ev["correlation"].notna()].drop_duplicates("correlation")
+    g = gpu.merge(launches[["correlation", "ts_us"]].rename(columns={"ts_us": "launch_ts"}), on="correlation")
+    if g.empty:
+        return None
+    everything = ev[ev["is_gpu"]]
+    busy = merge(everything["ts_us"].to_numpy(), everything["end_us"].to_numpy())
+    # The earliest launch among the ops starting each busy interval: after the previous interval's end, the
+    # GPU waited for the host and a new stretch begins.
+    first = g.groupby("ts_us")["launch_ts"].min()
+    starts = first.reindex(busy[:, 0]).to_numpy()
+    new = np.ones(len(busy), dtype=bool)
+    new[1:] = starts[1:] > busy[:-1, 1]  # launched after the GPU ran dry; an unknown launch continues
+    stretch = np.column_stack([busy[new, 0], np.maximum.reduceat(busy[:, 1], np.flatnonzero(new))])
+    calls = ev[
+        ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains(DEVICE_WAIT_CALL_RE.pattern, regex=True)
+    ]
+    blocking = merge(
+        np.concatenate([sync["ts_us"].to_numpy(dtype=float), calls["ts_us"].to_numpy(dtype=float)]),
+        np.concatenate([sync["end_us"].to_numpy(dtype=float), calls["end_us"].to_numpy(dtype=float)]),
+    )
+    ends = stretch[:, 1]
+    waited = ends >= window[-1, 1]
+    if blocking.size:
+        k = np.searchsorted(blocking[:, 0], ends, side="left") - 1
+        waited |= (k >= 0) & (ends <= blocking[np.clip(k, 0, None), 1])
+    return stretch[waited]
+
+
 def analyze_rank(
     events: pd.DataFrame,
     settings: BottleneckSettings,
@@ -468,19 +508,29 @@ def _rank_findings(
         if kt > 0 and 100 * gemm_t / kt >= s.tensor_core_gemm_pct:
             fp32 = gemm[~gemm["name"].str.contains(TENSOR_CORE_RE.pattern, regex=True)]
             fp32_pct = 100.0 * float(fp32["dur_us"].sum()) / gemm_t
-            if fp32_pct >= s.tensor_core_fp32_pct:
+            # What faster GEMMs could give back: the FP32 GEMM time in the steps in work the host waited for
+            # (all of it when the trace has no launches to tell by).
+            share = 0.0
+            if step_total > 0:
+                fp32_r = intersect(
+                    merge(fp32["ts_us"].to_numpy(), fp32["end_us"].to_numpy()),
+                    merge(*zip(*steps, strict=True)),
+                )
+                waited = _host_waited_for(ev, sync, merge(*zip(*steps, strict=True)))
+                share = 100.0 * total(fp32_r if waited is None else intersect(fp32_r, waited)) / step_total
+            if fp32_pct >= s.tensor_core_fp32_pct and share >= s.tensor_core_step_pct:
                 frame = finder.top(fp32, gpu=True)
-                share = pct["kernel"] * float(fp32["dur_us"].sum()) / kt
                 out.append(
                     Finding(
                         "low_tensor_core",
                         None,
                         share,
                         f"GEMM/conv kernels {100 * gemm_t / kt:.0f} % of kernel time; {fp32_pct:.0f} % of it "
-                        f"without Tensor Cores (compute capability {compute_major}.x)",
+                        f"without Tensor Cores (compute capability {compute_major}.x); {share:.1f} % of step "
+                        "time in GPU work the host waited for",
                         RULES["low_tensor_core"].fix.format(where=_where(frame), fp32_pct=fp32_pct),
                         frame,
-                        {"fp32_gemm_pct": fp32_pct},
+                        {"fp32_gemm_pct": fp32_pct, "critical_pct": share},
                     )
                 )
     # low_occupancy
