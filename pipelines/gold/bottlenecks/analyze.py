@@ -30,6 +30,7 @@ from pipelines.gold.bottlenecks.breakdown import (
     step_breakdown,
     subtract,
     total,
+    with_launch_ts,
 )
 from pipelines.gold.bottlenecks.rules import RULES
 from pipelines.gold.failures.tracebacks import frame_owner
@@ -284,9 +285,7 @@ def _host_waited_for(ev: pd.DataFrame, sync: pd.DataFrame, window: Ranges) -> Ra
     because the host has not launched the next op (a host-bound loop, a DataLoader wait) would, done faster,
     only idle longer. Launches are joined to GPU ops by correlation (as HTA's idle split); None when none is
     in the trace."""
-    gpu = ev[ev["is_gpu"] & ev["correlation"].notna()]
-    launches = ev[~ev["is_gpu"] & ev["correlation"].notna()].drop_duplicates("correlation")
-    g = gpu.merge(launches[["correlation", "ts_us"]].rename(columns={"ts_us": "launch_ts"}), on="correlation")
+    g = with_launch_ts(ev, ev[ev["is_gpu"] & ev["correlation"].notna()])
     if g.empty:
         return None
     everything = ev[ev["is_gpu"]]

@@ -335,16 +335,18 @@ def gpu_breakdown(ev: pd.DataFrame, kernel_wait_us: float = HTA_KERNEL_WAIT_US) 
     return GpuBreakdown(span, idle, compute, max(span - compute - idle, 0.0), len(gpu), split)
 
 
+def with_launch_ts(ev: pd.DataFrame, gpu: pd.DataFrame, how: str = "inner") -> pd.DataFrame:
+    """GPU ops with `launch_ts`, the start of the host call that launched each (joined by correlation)."""
+    launches = ev[~ev["is_gpu"] & ev["correlation"].notna()].drop_duplicates("correlation")
+    return gpu.merge(
+        launches[["correlation", "ts_us"]].rename(columns={"ts_us": "launch_ts"}), on="correlation", how=how
+    )
+
+
 def idle_split(ev: pd.DataFrame, gpu: pd.DataFrame, kernel_wait_us: float) -> dict[str, float]:
     """HTA's idle categories per stream, summed over streams, as % of the summed idle: host wait (the launch
     came after the previous kernel ended), kernel wait (a gap under `kernel_wait_us`), other."""
-    launches = ev[~ev["is_gpu"] & ev["correlation"].notna()].drop_duplicates("correlation")
-    g = gpu.merge(
-        launches[["correlation", "ts_us"]].rename(columns={"ts_us": "launch_ts"}),
-        on="correlation",
-        how="left",
-    )
-    g = g.sort_values(["stream", "ts_us"], kind="stable")
+    g = with_launch_ts(ev, gpu, how="left").sort_values(["stream", "ts_us"], kind="stable")
     g["prev_end"] = g.groupby("stream", dropna=False)["end_us"].shift(1)
     g = g[g["prev_end"].notna()]
     gap = g["ts_us"] - g["prev_end"]
