@@ -178,7 +178,11 @@ def append_rows(spark: SparkSession, settings: Settings, name: str, df: DataFram
 # into one warehouse): Delta refuses the later commit, which wrote nothing, and it is tried again on the
 # table as it now is. Back-off doubles from 0.5 s; after the last attempt the conflict is an error.
 COMMIT_ATTEMPTS = 6
-_CREATE_RACES = frozenset({"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_ALREADY_EXISTS"})
+# Two writers creating one table at once: the loser sees the other's table half-made (its _delta_log there,
+# its first commit not yet), as "already exists", a non-empty location, or not found (a CI run, 2026-12-07).
+_CREATE_RACES = frozenset(
+    {"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_ALREADY_EXISTS", "DELTA_TABLE_NOT_FOUND"}
+)
 
 
 def _retrying(
