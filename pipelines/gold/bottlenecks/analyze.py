@@ -231,10 +231,9 @@ def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> list[t
     return [(float(d), float(x), bool(i)) for d, x, i in zip(b - a, exposed, inside, strict=True)]
 
 
-def _sync_stall(
-    sync: pd.DataFrame, ev: pd.DataFrame, steps: list[tuple[float, float]]
-) -> tuple[float, np.ndarray]:
-    """What the synchronising calls cost the GPU (µs), and per sync row its weight for the line.
+def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float, np.ndarray]:
+    """What the synchronising calls cost the GPU (µs), and per sync row its weight for the line; `busy` is
+    the rank's GPU work (kernels, copies, memsets on any stream), `window` its steps.
 
     Two costs. The GPU idle while the host sits in the call (the queue ran dry before it returned, or was dry
     all along: a host-bound loop's `.item()` is host time the GPU waits through). And the lead: while a sync
@@ -247,9 +246,6 @@ def _sync_stall(
     whose lead it was, oldest first. A sync ending a GPU-bound step whose next step starts at once costs
     only the idle before that start.
     """
-    gpu = ev[ev["is_gpu"]]
-    window = merge(*zip(*steps, strict=True))
-    busy = merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy())
     idle = subtract(window, busy)
     if not idle.size or not busy.size:
         return 0.0, np.zeros(len(sync))
@@ -277,7 +273,7 @@ def _sync_stall(
     return float(cost.sum()), weight[np.clip(span, 0, None)]
 
 
-def _host_waited_for(ev: pd.DataFrame, sync: pd.DataFrame, window: Ranges) -> Ranges | None:
+def _host_waited_for(ev: pd.DataFrame, sync: pd.DataFrame, busy: Ranges, window: Ranges) -> Ranges | None:
     """The stretches of GPU work the host waited for: back-to-back work (an op after a gap launched before
     the gap opened is queued, HTA's kernel wait, and continues the stretch) that ends while the host is
     blocked — in a sync, or in a CUDA call that waits for the device (a copy from pageable memory, an
@@ -288,8 +284,6 @@ def _host_waited_for(ev: pd.DataFrame, sync: pd.DataFrame, window: Ranges) -> Ra
     g = with_launch_ts(ev, ev[ev["is_gpu"] & ev["correlation"].notna()])
     if g.empty:
         return None
-    everything = ev[ev["is_gpu"]]
-    busy = merge(everything["ts_us"].to_numpy(), everything["end_us"].to_numpy())
     # The earliest launch among the ops starting each busy interval: after the previous interval's end, the
     # GPU waited for the host and a new stretch begins.
     first = g.groupby("ts_us")["launch_ts"].min()
@@ -392,9 +386,13 @@ def _rank_findings(
         | (ev["kind"].isin(("cpu_op",)) & ev["name"].isin(SYNC_OP_NAMES))
     ]
     sync = _in_steps(sync, steps)
+    # The steps and the GPU's work in them (any kernel, copy or memset), for the rules that follow.
+    window = merge(*zip(*steps, strict=True))
+    gpu = ev[ev["is_gpu"]]
+    busy = merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy())
     # What a sync costs is the GPU idle the host's lost lead would have filled (`_sync_stall`), not the host's
     # blocked time, during which the GPU works.
-    stall, per_call = _sync_stall(sync, ev, steps) if len(sync) and step_total > 0 else (0.0, None)
+    stall, per_call = _sync_stall(sync, busy, window) if len(sync) and step_total > 0 else (0.0, None)
     sync_pct = 100.0 * stall / step_total if step_total > 0 else 0.0
     # The step's GPU idle (no kernel, copy or memset), % of step time: launch_bound's and idle_gpu's.
     idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
@@ -478,9 +476,7 @@ def _rank_findings(
         comm_mask = kernels["name"].str.contains(COMM_KERNEL_RE.pattern, case=False, regex=True)
         comm, comp = kernels[comm_mask], kernels[~comm_mask]
         if len(comm):
-            comm_r = intersect(
-                merge(comm["ts_us"].to_numpy(), comm["end_us"].to_numpy()), merge(*zip(*steps, strict=True))
-            )
+            comm_r = intersect(merge(comm["ts_us"].to_numpy(), comm["end_us"].to_numpy()), window)
             comp_r = merge(comp["ts_us"].to_numpy(), comp["end_us"].to_numpy())
             exposed = total(comm_r) - total(intersect(comm_r, comp_r))
             exposed_pct = 100.0 * exposed / step_total
@@ -511,11 +507,8 @@ def _rank_findings(
             # (all of it when the trace has no launches to tell by).
             share = 0.0
             if step_total > 0:
-                fp32_r = intersect(
-                    merge(fp32["ts_us"].to_numpy(), fp32["end_us"].to_numpy()),
-                    merge(*zip(*steps, strict=True)),
-                )
-                waited = _host_waited_for(ev, sync, merge(*zip(*steps, strict=True)))
+                fp32_r = intersect(merge(fp32["ts_us"].to_numpy(), fp32["end_us"].to_numpy()), window)
+                waited = _host_waited_for(ev, sync, busy, window)
                 share = 100.0 * total(fp32_r if waited is None else intersect(fp32_r, waited)) / step_total
             if fp32_pct >= s.tensor_core_fp32_pct and share >= s.tensor_core_step_pct:
                 frame = finder.top(fp32, gpu=True)
