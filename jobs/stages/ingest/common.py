@@ -1,9 +1,9 @@
 """The shared ingest path: read input files (plain, gzip, stdin), land raw lines in bronze, quarantine
 rejects, print counts. Each source (`jobs/ingest_<source>.py`) adds its parse and silver writes.
 
-Two ways in: `read_inputs` loads every file's lines on the driver (small sources: sacct dumps, pods,
-scripts); `scan_inputs` + `lines_frame` only hash the files on the driver and let Spark read their lines
-(bulk sources such as DCGM telemetry, where the driver would otherwise hold every line)."""
+Two ways in: `read_inputs` loads every file's lines on the driver (pods, scripts, SWF and job logs,
+partitions); `scan_inputs` + `lines_frame` only hash the files on the driver and let Spark read their
+lines (bulk sources: sacct dumps, DCGM telemetry, where the driver would otherwise hold every line)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,8 @@ from pipelines.schemas import BRONZE_SCHEMA, QUARANTINE, SILVER_JOBS
 
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"
-# Spark reads a file whole (one string per file) to number its lines; a JVM string stops short of 2 GiB.
-SPARK_WHOLE_FILE_MAX_BYTES = 1 << 30
 _CHUNK = 1 << 20
+_HEAD_MAX = 8 << 20  # how far a file is searched for its first content line
 # Hadoop paths cannot hold a colon (`node-2026-11-03T10:00:00Z.prom`) and read glob characters as globs.
 HADOOP_UNSAFE = frozenset(":*?[]{}\\")
 
@@ -141,8 +140,8 @@ def read_source_file(path: str) -> SourceFile:
 class InputRef:
     """One input not loaded on the driver: its name, the sha256 of its (decompressed) content, its first
     content line and first four bytes (a format's magic number), and whether Spark's text reader yields
-    exactly its lines (a plain file, or gzip named `*.gz`, under SPARK_WHOLE_FILE_MAX_BYTES, with a path
-    Hadoop accepts); stdin's bytes are kept in `data`."""
+    exactly its lines (a plain file, or gzip named `*.gz`, with a path Hadoop accepts); `size` is the
+    decompressed content's bytes; stdin's bytes are kept in `data`."""
 
     name: str
     sha256: str
@@ -150,20 +149,31 @@ class InputRef:
     magic: bytes
     spark_readable: bool
     data: bytes | None = None
+    size: int = 0
 
 
-def _first_content_line(head: bytes) -> str:
+def _first_content_line(head: bytes, whole: bool = True) -> str:
+    """The first line that is not blank or a `#` comment, stripped; "" when there is none. Of a head cut
+    from a longer file (`whole` False) only complete lines count: a line the cut ends in is not yet known."""
     text = decode_text(head)
-    return next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+    lines = text.splitlines()
+    if not whole and lines and not text.endswith(("\n", "\r")):
+        lines.pop()
+    return next((ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")), "")
 
 
 def scan_input(path: str) -> InputRef:
     """Hash one input in chunks (gzip by its magic bytes) and peek at its first content line."""
     if path == "-":
         data = read_source_file_bytes("<stdin>", sys.stdin.buffer.read())
-        head = data[:65536]
         return InputRef(
-            "<stdin>", hashlib.sha256(data).hexdigest(), _first_content_line(head), head[:4], False, data
+            "<stdin>",
+            hashlib.sha256(data).hexdigest(),
+            _first_content_line(data[:_HEAD_MAX], whole=len(data) <= _HEAD_MAX),
+            data[:4],
+            False,
+            data,
+            len(data),
         )
     p = Path(path)
     if not p.exists():
@@ -176,12 +186,14 @@ def scan_input(path: str) -> InputRef:
             is_gzip = raw.read(2) == GZIP_MAGIC
             raw.seek(0)
             stream = gzip.GzipFile(fileobj=raw) if is_gzip else raw
-            size = 0
+            size, first_line = 0, ""
             while chunk := stream.read(_CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
-                if len(head) < 65536:
-                    head += chunk[:65536]
+                # The head grows until it holds a whole content line (comments may come first).
+                if not first_line and len(head) < _HEAD_MAX:
+                    head += chunk
+                    first_line = _first_content_line(head, whole=False)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (EOFError, zlib.error) as exc:
@@ -189,12 +201,12 @@ def scan_input(path: str) -> InputRef:
     readable = (
         is_gzip == p.name.endswith(".gz")
         and not any(head.startswith(bom) for bom, _ in _BOMS)  # Spark's text reader reads UTF-8 only
-        and size < SPARK_WHOLE_FILE_MAX_BYTES
         and not HADOOP_UNSAFE.intersection(str(p.resolve()))
     )
     if not is_gzip and head[:4] == PARQUET_MAGIC and (damage := parquet_damage(p)):
         raise UsageError(f"{path}: not a readable Parquet file ({damage})")
-    return InputRef(str(p), digest.hexdigest(), _first_content_line(head), head[:4], readable)
+    first_line = first_line or _first_content_line(head, whole=len(head) == size)  # a last line without \n
+    return InputRef(str(p), digest.hexdigest(), first_line, head[:4], readable, size=size)
 
 
 def parquet_damage(path: Path) -> str | None:
@@ -220,11 +232,17 @@ def scan_inputs(paths: Iterable[str]) -> list[InputRef]:
 
 def lines_frame(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
     """The inputs' lines as a bronze-shaped frame (cluster, source_file, file_sha256, line_no from 1, raw,
-    ingested_at), read by Spark where it can (split on \\n, \\r\\n or \\r like str.splitlines); other inputs
-    (stdin, gzip without `.gz`, huge files) go through the driver."""
+    ingested_at), read by Spark where it can; other inputs (stdin, gzip without `.gz`, a byte-order mark)
+    go through the driver. A path given twice is read once.
+
+    Spark reads line by line, a large file in parallel splits (Hadoop's reader breaks at \\n, \\r\\n and
+    \\r, as str.splitlines does for the line breaks sacct and DCGM write; str.splitlines also breaks at
+    \\v, \\f, \\x1c-\\x1e, \\x85 and U+2028/9). A line's number is its row within its split
+    (`monotonically_increasing_id` counts a partition's rows in the order its splits are read) plus the
+    lines of the file's earlier splits, counted first in one small aggregate."""
     now = ctx.now()
     spark = ctx.spark
-    by_spark = [r for r in refs if r.spark_readable]
+    by_spark = list({str(Path(r.name).resolve()): r for r in refs if r.spark_readable}.values())
     frames: list[DataFrame] = []
     if by_spark:
         names = spark.createDataFrame(
@@ -232,22 +250,22 @@ def lines_frame(ctx: Context, refs: list[InputRef], cluster: str) -> DataFrame:
             "path string, source_file string, file_sha256 string",
         )
         path = F.url_decode(F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", ""))
-        whole = spark.read.text([str(Path(r.name).resolve()) for r in by_spark], wholetext=True).select(
-            path.alias("path"), F.regexp_replace("value", r"(\r\n|\r|\n)$", "").alias("value")
+        read = spark.read.text([str(Path(r.name).resolve()) for r in by_spark]).select(
+            path.alias("path"),
+            F.col("_metadata.file_block_start").alias("_split"),
+            F.monotonically_increasing_id().alias("_row"),
+            F.col("value").alias("raw"),
         )
+        # Per split: the row id of its first line, and the lines of the same file before it.
+        splits = read.groupBy("path", "_split").agg(F.min("_row").alias("_first"), F.count("*").alias("_n"))
+        before = F.sum("_n").over(Window.partitionBy("path").orderBy("_split")) - F.col("_n")
+        bases = splits.select("path", "_split", (F.col("_first") - before - 1).alias("_base"))
         frames.append(
-            whole.join(F.broadcast(names), on="path", how="inner")
-            .select(
+            read.join(F.broadcast(bases.join(F.broadcast(names), on="path")), on=["path", "_split"]).select(
                 F.lit(cluster).alias("cluster"),
                 "source_file",
                 "file_sha256",
-                F.posexplode(F.split("value", r"\r\n|\r|\n")).alias("pos", "raw"),
-            )
-            .select(
-                "cluster",
-                "source_file",
-                "file_sha256",
-                (F.col("pos") + 1).cast("long").alias("line_no"),
+                (F.col("_row") - F.col("_base")).alias("line_no"),
                 "raw",
                 F.lit(now).cast("timestamp").alias("ingested_at"),
             )

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
+from pathlib import Path
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -27,7 +28,14 @@ from pyspark.sql import functions as F
 from jobs.context import Context, DataError, UsageError
 from jobs.io.tables import MergeCounts, conform, key_bounds, merge_into, read_table, table_exists
 from jobs.io.validate import Validation, validate, validate_in_spark
-from jobs.stages.ingest.common import IngestReport, bronze_frame, read_inputs, write_bronze, write_quarantine
+from jobs.stages.ingest.common import (
+    IngestReport,
+    InputRef,
+    lines_frame,
+    scan_inputs,
+    write_bronze,
+    write_quarantine,
+)
 from pipelines.schemas import SILVER_JOB_SCRIPTS, SILVER_JOB_STEPS, SILVER_JOBS, SILVER_JOBSTATS, TableSpec
 from pipelines.silver import jobstats, sacct
 from pipelines.silver.script_links import with_script_hash
@@ -59,7 +67,7 @@ class SacctReport(IngestReport):
 
 
 PHASES = (
-    "read",  # the files into a frame of lines
+    "read",  # the files hashed on the driver, their lines read by Spark into a frame
     "spark_start",
     "bronze_write",
     "parse",  # lines to typed columns
@@ -100,10 +108,11 @@ def _validate(rows: DataFrame, n: int, table: str) -> Validation:
     return validate(rows, table, SOURCE)
 
 
-def _layouts(files, fmt: tuple[str, ...] | None) -> dict[str, sacct.Layout]:
+def _layouts(files: Sequence[InputRef], fmt: tuple[str, ...] | None) -> dict[str, sacct.Layout]:
+    """Each file's field order (by content hash), from its first content line (a header) or `fmt`."""
     layouts: dict[str, sacct.Layout] = {}
     for order, f in enumerate(files):
-        layout = sacct.detect_layout(f.lines, fmt, order)
+        layout = sacct.detect_layout([f.first_line], fmt, order)
         if layout is None:
             raise UsageError(f"{f.name}: no sacct header line; give the field order with --format")
         missing = sacct.missing_required(layout)
@@ -184,22 +193,23 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
         raise UsageError(str(exc)) from exc
     phases: dict[str, float] = {}
     clock = _PhaseClock(phases)
-    files = read_inputs(paths)
+    distinct: dict[str, InputRef] = {}
+    for ref in scan_inputs(paths):  # a path given twice is one input (its lines are read once)
+        distinct.setdefault(str(Path(ref.name).resolve()), ref)
+    files = list(distinct.values())
     layouts = _layouts(files, fmt)
-    report = SacctReport(
-        source=SOURCE, cluster=cluster, files=len(files), read=sum(len(f.lines) for f in files)
-    )
+    report = SacctReport(source=SOURCE, cluster=cluster, files=len(files))
     report.phases_s = phases
-    if report.read == 0:
+    if not any(f.size for f in files):
         ctx.progress("no lines to ingest")
         return report
 
     clock.lap("read")
-    ctx.progress(f"reading {report.read} lines from {len(files)} file(s)")
     ctx.spark  # noqa: B018  (started here, when not yet running, so that its start is timed apart)
     clock.lap("spark_start")
-    bronze = bronze_frame(ctx, files, cluster).persist(StorageLevel.MEMORY_AND_DISK)
-    bronze.count()
+    ctx.progress(f"reading {len(files)} file(s)")
+    bronze = lines_frame(ctx, files, cluster).persist(StorageLevel.MEMORY_AND_DISK)
+    report.read = bronze.count()
     clock.lap("read")
     report.tables["bronze.sacct"] = {"inserted": write_bronze(ctx, SOURCE, bronze).inserted}
     clock.lap("bronze_write")
