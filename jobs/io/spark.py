@@ -37,6 +37,11 @@ _QUIET_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # A TRES string naming one item twice keeps the last value instead of failing the whole run.
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    # HotSpot leaves generated methods over 8,000 bytes of bytecode to the interpreter (its
+    # DontCompileHugeMethods); sacct's parse generates such methods, which at Spark's default limit (65,535)
+    # ran interpreted. At 8,000 Spark leaves those plans out of whole-stage code generation instead:
+    # `bench/ingest_sacct.py` at 1M lines, parse 49.0 s → 30.8 s (README).
+    "spark.sql.codegen.hugeMethodLimit": "8000",
 }
 
 
