@@ -60,6 +60,36 @@ def test_same_model_same_bytes_and_the_reader_takes_every_event(tmp_path: Path) 
         assert {"cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy"} <= cats
 
 
+@pytest.mark.parametrize(("layers", "buckets"), [(7, 3), (3, 4), (5, 2), (6, 3)])
+def test_ddp_reduces_every_gradient_before_the_optimizer(layers: int, buckets: int) -> None:
+    # Whatever the layers and buckets, each rank's last backward kernel of a step ends before that step's
+    # last all-reduce does (a layer left out of every bucket let a slow rank's tail run past the collective),
+    # and the optimizer's kernels start after it.
+    facts = kineto.JobFacts(**{**kineto.draw_facts(random.Random(5), 0).__dict__, "ranks": 2, "nodes": 1})
+    model = kineto.replace(
+        kineto.draw_model(facts, 11),
+        layers=layers,
+        buckets=buckets,
+        overlapped=True,
+        slow_rank=1,
+        slow_factor=1.5,
+    )
+    player = kineto.play(model)
+    for r in player.ranks:
+        gpu = sorted((e for e in r.events if e["cat"] == "kernel"), key=lambda e: e["ts"])
+        nccl = [e for e in gpu if e["name"].startswith("ncclDevKernel")]
+        optimizer = [e for e in gpu if "multi_tensor_apply" in e["name"]]
+        assert len(nccl) == buckets * (kineto.STEPS + 1) and len(optimizer) == 2 * (kineto.STEPS + 1)
+        previous = -1.0
+        for k in range(kineto.STEPS + 1):
+            reduced = max(e["ts"] + e["dur"] for e in nccl[k * buckets : (k + 1) * buckets])
+            first, second = optimizer[2 * k : 2 * k + 2]
+            model_ops = [e for e in gpu if previous < e["ts"] < first["ts"] and e not in nccl]
+            assert max(e["ts"] + e["dur"] for e in model_ops) <= reduced + 0.01  # ts written to 1 ns
+            assert first["ts"] >= reduced - 0.01
+            previous = second["ts"]
+
+
 def test_simulate_writes_traces_for_its_training_jobs(tmp_path: Path) -> None:
     from conf import load_cluster
 
@@ -96,8 +126,8 @@ def test_truth_has_mild_causes_and_healthy_jobs(scored) -> None:
 FLOORS = {
     "input_bound": (0.90, 0.90),
     "memcpy_bound": (0.70, 0.90),
-    "sync_bound": (0.90, 0.85),  # measured 12 of 13, none false
-    "launch_bound": (0.90, 0.85),  # measured 13 of 14, none false
+    "sync_bound": (0.90, 0.85),  # measured 13 of 14, none false
+    "launch_bound": (0.90, 0.85),  # measured 13 of 14, one false
     "low_tensor_core": (0.75, 0.90),  # measured 4 of 5, all found
     "communication_bound": (0.60, 0.90),
 }
@@ -113,7 +143,7 @@ def test_findings_against_the_truth(scored) -> None:
     assert score.fp.get("low_occupancy", 0) == 0 and score.fp.get("idle_gpu", 0) <= 1
     assert score.fp.get("straggler", 0) == 0
     assert score.healthy_with_finding <= 0.1 * score.healthy_jobs  # measured 2 of 26
-    assert score.lines_right >= 0.95 * score.lines_checked  # measured 41 of 42
+    assert score.lines_right >= 0.95 * score.lines_checked  # measured 42 of 43
 
 
 def test_single_rank_healthy_jobs_get_no_finding(scored) -> None:

@@ -627,10 +627,11 @@ class _Player:
                 self.sync(r, self.ln.sync, "train_step", (r.rank, step, layer, k), m.sync_host_us)
         ready: list[float] = []
         launched: list[tuple[float, int]] = []
-        per_bucket = max(1, m.layers // m.buckets)
         for i, layer in enumerate(reversed(range(m.layers))):
             self.layer_ops(r, step, layer, backward=True)
-            if multi and m.overlapped and (i + 1) % per_bucket == 0 and len(ready) < m.buckets:
+            # Bucket k holds the gradients of the k-th share of the layers (backward order) and is handed to
+            # NCCL once they are computed: the last one after the last layer, so every gradient is reduced.
+            while multi and m.overlapped and len(ready) < (i + 1) * m.buckets // m.layers:
                 self.launch_bucket(r, ready, launched)
         while multi and len(ready) < m.buckets:
             self.launch_bucket(r, ready, launched)
