@@ -131,7 +131,7 @@ class BottleneckSettings(_Strict):
     tensor_core_step_pct: float = Field(10.0, ge=0, le=100)  # ... on the critical path this share of step
     occupancy_pct: float = Field(25.0, ge=0, le=100)  # time-weighted achieved occupancy below this
     occupancy_kernel_pct: float = Field(30.0, ge=0, le=100)  # when kernels fill this share of the step
-    straggler_ratio: float = Field(1.2, gt=1)  # the slow rank's step over its step without the others' wait
+    straggler_ratio: float = Field(1.11, gt=1)  # the slow rank's step over its step without the others' wait
     idle_pct: float = Field(50.0, ge=0, le=100)  # HTA idle share of the GPU span
     kernel_wait_us: float = Field(30.0, ge=0)  # HTA's consecutive_kernel_delay
     dcgm_min_samples: int = Field(3, ge=1)  # DCGM profiling samples a job needs to be classified

@@ -289,7 +289,7 @@ def test_gpu_breakdown_agrees_with_hta_within_one_point(name: str) -> None:
         assert abs(ours - theirs) <= 1.0
 
 
-def _rank(rank: int, collectives: list[tuple[float, float, bool]], comm_pct: float) -> RankAnalysis:
+def _rank(rank: int, collectives: list[tuple[float, float, int, float]], comm_pct: float) -> RankAnalysis:
     """A rank of 4 steps of 10 ms whose uncorrected communication_bound is `comm_pct`."""
     found = [Finding("communication_bound", rank, comm_pct, "NCCL kernels", "fix", None, {})]
     breakdown = dict.fromkeys(
@@ -313,25 +313,50 @@ def _rank(rank: int, collectives: list[tuple[float, float, bool]], comm_pct: flo
     )
 
 
+def _two_a_step(us: float, held: bool = True, steps: int = 4) -> list[tuple[float, float, int, float]]:
+    """Two collectives a step, each `us` long and all of it exposed; `held`: ending in GPU work the host
+    waited for (else the GPU would have waited for its host anyway)."""
+    return [(us, us, k // 2, us if held else 0.0) for k in range(2 * steps)]
+
+
 def test_waiting_for_a_slow_rank_is_its_straggler_finding_not_communication() -> None:
     # Two collectives a step; rank 2 arrives last, so its kernels (1 ms) are the transfer and ranks 0 and 1
     # wait 2 ms in each (all exposed): their 6 ms of exposed NCCL a 10 ms step is 4 ms waiting, 2 transfer.
-    fast = [(3_000.0, 3_000.0, True)] * 8
-    slow = [(1_000.0, 1_000.0, True)] * 8
+    fast, slow = _two_a_step(3_000.0), _two_a_step(1_000.0)
     ranks = [_rank(0, fast, 30.0), _rank(1, fast, 30.0), _rank(2, slow, 10.0)]
     assert collective_waits(ranks) == {0: [2_000.0] * 8, 1: [2_000.0] * 8, 2: [0.0] * 8}
     kinds = {f.kind: f for f in job_findings(ranks, {0: "a", 1: "a", 2: "b"}, SETTINGS)}
     # communication: 1 ms transfer a collective, 2 a step = 20 % on every rank.
     assert kinds["communication_bound"].share_pct == pytest.approx(20.0)
-    # straggler: the others wait 4 ms a step for rank 2; its 10 ms step would be 6 ms (ratio 1.67 >= 1.2).
+    # straggler: the others wait 4 ms a step for rank 2; its 10 ms step would be 6 ms (ratio 1.67 >= 1.11).
     lag = kinds["straggler"]
     assert lag.rank == 2 and lag.share_pct == pytest.approx(40.0) and "node (b)" in lag.fix
+
+
+def test_a_wait_the_gpu_would_have_spent_idle_for_its_host_is_no_straggler() -> None:
+    # The same waits, but each fast rank's collectives end where its GPU then waits for the host to launch
+    # more (a host-bound loop): a rank arriving on time would not have shortened their steps.
+    fast, slow = _two_a_step(3_000.0, held=False), _two_a_step(1_000.0)
+    ranks = [_rank(0, fast, 30.0), _rank(1, fast, 30.0), _rank(2, slow, 10.0)]
+    kinds = {f.kind: f.share_pct for f in job_findings(ranks, {}, SETTINGS)}
+    assert "straggler" not in kinds and kinds["communication_bound"] == pytest.approx(20.0)
+
+
+def test_a_rank_late_in_one_step_only_is_no_straggler() -> None:
+    # Rank 1 waits 4 ms for rank 0 in the first step only (its DataLoader's noise, say): the median step
+    # loses nothing.
+    late_once = [
+        (3_000.0 if k < 2 else 1_000.0,) * 2 + (k // 2, 3_000.0 if k < 2 else 1_000.0) for k in range(8)
+    ]
+    ranks = [_rank(0, _two_a_step(1_000.0), 10.0), _rank(1, late_once, 15.0)]
+    assert collective_waits(ranks) is not None
+    assert "straggler" not in {f.kind for f in job_findings(ranks, {}, SETTINGS)}
 
 
 def test_collectives_are_not_matched_when_the_ranks_recorded_different_windows() -> None:
     # Counts further apart than one step's collectives: no matching, the ranks' own findings stand, and the
     # step-time straggler rule (equal steps) finds none.
-    ranks = [_rank(0, [(3_000.0, 3_000.0, True)] * 8, 30.0), _rank(1, [(1_000.0, 1_000.0, True)] * 5, 10.0)]
+    ranks = [_rank(0, _two_a_step(3_000.0), 30.0), _rank(1, _two_a_step(1_000.0)[:5], 10.0)]
     assert collective_waits(ranks) is None
     kinds = {f.kind: f.share_pct for f in job_findings(ranks, {}, SETTINGS)}
     assert kinds == {"communication_bound": pytest.approx(20.0)}

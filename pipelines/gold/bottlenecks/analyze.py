@@ -92,10 +92,11 @@ class RankAnalysis:
     has_stacks: bool
     findings: list[Finding]
     notes: list[str]
-    # Each NCCL kernel of the trace, in time order: (its µs, its µs not overlapped with compute, whether it
-    # starts in the steps). A collective's kernel on a rank runs from that rank's arrival to the last rank's
-    # arrival plus the transfer, so across ranks the shortest is the transfer, the rest waits.
-    collectives: list[tuple[float, float, bool]] = field(default_factory=list)
+    # Each NCCL kernel of the trace, in time order: (its µs, its µs not overlapped with compute, the step it
+    # starts in, from 0; -1 outside the steps). A collective's kernel on a rank runs from that rank's arrival
+    # to the last rank's arrival plus the transfer, so across ranks the shortest is the transfer, the rest
+    # waits.
+    collectives: list[tuple[float, float, int]] = field(default_factory=list)
 
 
 def parse_frame(text: str) -> Frame | None:
@@ -177,14 +178,21 @@ def _where(frame: Frame | None) -> str:
     return f"{frame.file}:{frame.line} ({frame.function})" if frame else "the training loop"
 
 
+def _step_of(ts: np.ndarray, steps: list[tuple[float, float]]) -> np.ndarray:
+    """Per timestamp, the index of the step it falls in; -1 outside the steps."""
+    if not steps or not len(ts):
+        return np.full(len(ts), -1)
+    lo = np.array([a for a, _ in steps])
+    hi = np.array([b for _, b in steps])
+    idx = np.searchsorted(lo, ts, side="right") - 1
+    ok = (idx >= 0) & (ts < hi[np.clip(idx, 0, None)])
+    return np.where(ok, idx, -1)
+
+
 def _in_steps(df: pd.DataFrame, steps: list[tuple[float, float]]) -> pd.DataFrame:
     if not steps or df.empty:
         return df.iloc[0:0]
-    lo = np.array([a for a, _ in steps])
-    hi = np.array([b for _, b in steps])
-    idx = np.searchsorted(lo, df["ts_us"].to_numpy(), side="right") - 1
-    ok = (idx >= 0) & (df["ts_us"].to_numpy() < hi[np.clip(idx, 0, None)])
-    return df[ok]
+    return df[_step_of(df["ts_us"].to_numpy(), steps) >= 0]
 
 
 def _window_time(df: pd.DataFrame, steps: list[tuple[float, float]]) -> float:
@@ -212,10 +220,14 @@ def _covered(ranges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return below(ends) - below(starts)
 
 
-def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> list[tuple[float, float, bool]]:
+def collectives_of(
+    ev: pd.DataFrame, steps: list[tuple[float, float]], waited: Ranges | None
+) -> list[tuple[float, float, int, float]]:
     """Every NCCL kernel of the rank's trace, in time order: (µs, µs not overlapped with a compute kernel,
-    whether it starts inside the steps). All of them, not only those in the steps: ranks may keep different
-    steps (a cut last step), and collectives are matched across ranks by their order."""
+    the step it starts in or -1, that exposed µs when the kernel ends inside GPU work the host waited for —
+    `waited`, all of it when None — else 0: a wait the GPU would otherwise have spent idle for the host
+    costs nothing). All of them, not only those in the steps: ranks may keep different steps (a cut last
+    step), and collectives are matched across ranks by their order."""
     kernels = ev[ev["kind"] == "kernel"]
     if kernels.empty:
         return []
@@ -227,8 +239,43 @@ def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> list[t
     comp_r = merge(comp["ts_us"].to_numpy(), comp["end_us"].to_numpy())
     a, b = comm["ts_us"].to_numpy(dtype=float), comm["end_us"].to_numpy(dtype=float)
     exposed = (b - a) - _covered(comp_r, a, b)
-    inside = comm.index.isin(_in_steps(comm, steps).index)
-    return [(float(d), float(x), bool(i)) for d, x, i in zip(b - a, exposed, inside, strict=True)]
+    step = _step_of(a, steps)
+    held = exposed if waited is None else np.where(_within(waited, b), exposed, 0.0)
+    return [
+        (float(d), float(x), int(i), float(h)) for d, x, i, h in zip(b - a, exposed, step, held, strict=True)
+    ]
+
+
+def _within(ranges: Ranges, ts: np.ndarray) -> np.ndarray:
+    """Per timestamp, whether it falls in one of `ranges` (sorted, disjoint; ends included)."""
+    if not ranges.size:
+        return np.zeros(len(ts), dtype=bool)
+    k = np.searchsorted(ranges[:, 0], ts, side="right") - 1
+    return (k >= 0) & (ts <= ranges[np.clip(k, 0, None), 1])
+
+
+@dataclass
+class _Timeline:
+    """What several rules read of one rank's steps: the synchronising calls in them, the steps' ranges
+    (`window`), the GPU's work (any kernel, copy or memset: `busy`) and the stretches of it the host waited
+    for (`waited`, see `_host_waited_for`; None without launches to join)."""
+
+    sync: pd.DataFrame
+    window: Ranges
+    busy: Ranges
+    waited: Ranges | None
+
+
+def _timeline(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> _Timeline:
+    sync = ev[
+        (ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.match(SYNC_RUNTIME_RE.pattern))
+        | (ev["kind"].isin(("cpu_op",)) & ev["name"].isin(SYNC_OP_NAMES))
+    ]
+    sync = _in_steps(sync, steps)
+    window = merge(*zip(*steps, strict=True))
+    gpu = ev[ev["is_gpu"]]
+    busy = merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy())
+    return _Timeline(sync, window, busy, _host_waited_for(ev, sync, busy, window))
 
 
 def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float, np.ndarray]:
@@ -327,8 +374,11 @@ def analyze_rank(
     if not finder.has_any:
         notes.append("no Python stacks in the trace: record with with_stack=True to get file and line")
     step_total = sb.mean_step_us * sb.steps
-    if has_gpu and sb.steps:
-        findings += _rank_findings(ev, steps.ranges, sb.pct, step_total, gb, finder, settings, compute_major)
+    line = _timeline(ev, steps.ranges) if has_gpu and sb.steps else None
+    if line is not None:
+        findings += _rank_findings(
+            ev, steps.ranges, line, sb.pct, step_total, gb, finder, settings, compute_major
+        )
         if "AMD" in (device_name or "").upper():  # Tensor-Core kernel names are NVIDIA's
             findings = [f for f in findings if f.kind != "low_tensor_core"]
     for f in findings:
@@ -347,13 +397,14 @@ def analyze_rank(
         has_stacks=finder.has_any,
         findings=findings,
         notes=notes,
-        collectives=collectives_of(ev, steps.ranges) if has_gpu and sb.steps else [],
+        collectives=collectives_of(ev, steps.ranges, line.waited) if line is not None else [],
     )
 
 
 def _rank_findings(
     ev: pd.DataFrame,
     steps: list[tuple[float, float]],
+    line: _Timeline,
     pct: dict[str, float],
     step_total: float,
     gb: Any,
@@ -381,15 +432,7 @@ def _rank_findings(
                 {"dataloader_pct": share},
             )
         )
-    sync = ev[
-        (ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.match(SYNC_RUNTIME_RE.pattern))
-        | (ev["kind"].isin(("cpu_op",)) & ev["name"].isin(SYNC_OP_NAMES))
-    ]
-    sync = _in_steps(sync, steps)
-    # The steps and the GPU's work in them (any kernel, copy or memset), for the rules that follow.
-    window = merge(*zip(*steps, strict=True))
-    gpu = ev[ev["is_gpu"]]
-    busy = merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy())
+    sync, window, busy = line.sync, line.window, line.busy
     # What a sync costs is the GPU idle the host's lost lead would have filled (`_sync_stall`), not the host's
     # blocked time, during which the GPU works.
     stall, per_call = _sync_stall(sync, busy, window) if len(sync) and step_total > 0 else (0.0, None)
@@ -508,7 +551,7 @@ def _rank_findings(
             share = 0.0
             if step_total > 0:
                 fp32_r = intersect(merge(fp32["ts_us"].to_numpy(), fp32["end_us"].to_numpy()), window)
-                waited = _host_waited_for(ev, sync, busy, window)
+                waited = line.waited
                 share = 100.0 * total(fp32_r if waited is None else intersect(fp32_r, waited)) / step_total
             if fp32_pct >= s.tensor_core_fp32_pct and share >= s.tensor_core_step_pct:
                 frame = finder.top(fp32, gpu=True)
@@ -605,7 +648,7 @@ def collective_waits(ranks: list[RankAnalysis]) -> dict[int | None, list[float]]
         return None
     counts = [len(r.collectives) for r in ranks]
     n = min(counts)
-    per_step = max(sum(1 for c in r.collectives if c[2]) / r.steps for r in ranks)
+    per_step = max(sum(1 for c in r.collectives if c[2] >= 0) / r.steps for r in ranks)
     if n == 0 or max(counts) - n > per_step:
         return None
     shortest = np.min(np.array([[c[0] for c in r.collectives[:n]] for r in ranks]), axis=0).tolist()
@@ -617,8 +660,8 @@ def _waiting(r: RankAnalysis, waits: list[float], in_steps: bool = False) -> flo
     the matched collectives (all, or those that start in the steps)."""
     return sum(
         min(exposed, w)
-        for (_, exposed, inside), w in zip(r.collectives, waits, strict=False)
-        if inside or not in_steps
+        for (_, exposed, step, _), w in zip(r.collectives, waits, strict=False)
+        if step >= 0 or not in_steps
     )
 
 
@@ -632,7 +675,7 @@ def _communication_without_waiting(
     step_total = r.mean_step_us * r.steps
     if found is None or step_total <= 0:
         return r.findings
-    exposed = sum(x for _, x, inside in r.collectives if inside)
+    exposed = sum(x for _, x, step, _ in r.collectives if step >= 0)
     waited = _waiting(r, waits, in_steps=True)  # an unmatched last collective counts as transfer
     pct = 100.0 * (exposed - waited) / step_total
     if pct < s.communication_pct:
@@ -653,6 +696,16 @@ def _communication_without_waiting(
     ]
 
 
+def _per_step(r: RankAnalysis, steps: int, held: bool) -> np.ndarray:
+    """The rank's NCCL time not overlapped with its compute, per step (the first `steps` of them); with
+    `held`, only that of kernels ending in GPU work the host waited for (`collectives_of`)."""
+    out = np.zeros(steps)
+    for _, exposed, step, in_waited in r.collectives:
+        if 0 <= step < steps:
+            out[step] += in_waited if held else exposed
+    return out
+
+
 def straggler_by_waiting(
     ranks: list[RankAnalysis],
     waits: dict[int | None, list[float]],
@@ -660,16 +713,23 @@ def straggler_by_waiting(
     s: BottleneckSettings,
 ) -> Finding | None:
     """In synchronous training every step lasts as long as the slowest rank's work: the other ranks wait for
-    it inside the collectives. The rank that waits least is the slowest; what the other ranks' median waits
-    more than it, per step, is what it costs the job. It is a straggler when its step is at least
-    `straggler_ratio` × the step it would have without that (the others' median work)."""
+    it inside the collectives. The rank that waits least is the slowest. What it costs the job in a step is
+    the NCCL time the other ranks have exposed (not overlapped with their compute) beyond its own — every
+    rank moves the same data, so the difference is waiting — counting only their collectives that end in GPU
+    work their host waited for: a wait that overlaps the rank's own backward, or that the GPU would have
+    spent idle for its host anyway (a host-bound loop, a DataLoader wait), costs nothing. The loss is the
+    median over the steps (a rank late only now and then is not a straggler); it is one when its step is at
+    least `straggler_ratio` × the step it would have without that."""
     total = {r.rank: _waiting(r, waits[r.rank]) for r in ranks}
     if len(total) < 2:
         return None
     slow_rank = min(total, key=lambda k: total[k])
     slow = next(r for r in ranks if r.rank == slow_rank)
-    per_step = sum(1 for c in slow.collectives if c[2]) / slow.steps  # collectives per step
-    lost = (_median_of_others(total, slow_rank) - total[slow_rank]) / len(waits[slow_rank]) * per_step
+    steps = min(r.steps for r in ranks)
+    others = np.median(
+        np.array([_per_step(r, steps, held=True) for r in ranks if r.rank != slow_rank]), axis=0
+    )
+    lost = float(np.median(others - _per_step(slow, steps, held=False)))
     step = slow.mean_step_us
     if lost <= 0 or lost >= step or step / (step - lost) < s.straggler_ratio:
         return None
@@ -679,7 +739,8 @@ def straggler_by_waiting(
         slow_rank,
         100.0 * lost / step,
         f"the other {len(total) - 1} ranks wait for rank {slow_rank} {lost / 1000:.1f} ms per step in "
-        f"their collectives (median over them, matched collectives; step {step / 1000:.1f} ms)",
+        f"their collectives, on their step's critical path (median over {steps} steps of their exposed NCCL "
+        f"time in GPU work their host waited for, beyond rank {slow_rank}'s; step {step / 1000:.1f} ms)",
         RULES["straggler"].fix.format(rank=slow_rank, ratio=ratio, host=hosts.get(slow_rank) or "unknown"),
         None,
         {"ratio": ratio},
