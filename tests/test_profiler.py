@@ -9,6 +9,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -17,12 +18,13 @@ from jobs.stages.ingest.profiler import scan_trace
 from pipelines.gold.bottlenecks.analyze import (
     Finding,
     RankAnalysis,
+    _sync_stall,
     analyze_rank,
     collective_waits,
     job_findings,
     user_frame_of_stack,
 )
-from pipelines.gold.bottlenecks.breakdown import gpu_breakdown, prepare
+from pipelines.gold.bottlenecks.breakdown import gpu_breakdown, merge, prepare
 from pipelines.silver.profiler import (
     EVENT_COLUMNS,
     EventTally,
@@ -372,3 +374,16 @@ def test_the_two_real_ranks_keep_their_transfer_as_communication() -> None:
     comm = found["communication_bound"]
     assert len(raw) == 2 and SETTINGS.communication_pct <= comm.share_pct < sum(raw) / 2
     assert "waiting for the other ranks" in comm.evidence
+
+
+def test_the_sync_ending_each_step_costs_the_idle_before_the_next_step_even_the_first() -> None:
+    # Three 1 ms steps of a GPU-bound loop: each starts with 200 µs of GPU idle (the next batch fetched) and
+    # ends in a `.item()` the host sits in for the second half, while the GPU works off the backward (a
+    # 500 µs lead). The idle after steps 1 and 2 is in the window; the one after step 3 is not, but the
+    # first step's leading idle followed that same sync of the step before the window.
+    starts = np.array([0.0, 1_000.0, 2_000.0])
+    busy = np.column_stack([starts + 200.0, starts + 1_000.0])
+    sync = pd.DataFrame({"ts_us": starts + 500.0, "end_us": starts + 1_000.0})
+    window = merge(starts, starts + 1_000.0)
+    cost, weight = _sync_stall(sync, busy, window)
+    assert cost == pytest.approx(600.0) and len(weight) == 3

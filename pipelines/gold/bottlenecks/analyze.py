@@ -291,7 +291,9 @@ def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float
     (overlapping calls merged): the span's idle is its cost; the lead grows by the GPU's busy time in the
     span; the idle from its end to the next span's start takes what it can of the lead, charged to the spans
     whose lead it was, oldest first. A sync ending a GPU-bound step whose next step starts at once costs
-    only the idle before that start.
+    only the idle before that start. The recorded steps are a sample of a loop that repeats: the idle from
+    the window's start to the first span follows the last span (the sync that ended the step before the
+    window, which the trace does not hold, is the last one's twin), so it is the last span's gap too.
     """
     idle = subtract(window, busy)
     if not idle.size or not busy.size:
@@ -300,6 +302,7 @@ def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float
     until = np.append(blocking[1:, 0], max(window[-1, 1], blocking[-1, 1]))
     leads = _covered(busy, blocking[:, 0], blocking[:, 1])
     idles = _covered(idle, blocking[:, 1], until)
+    idles[-1] += float(_covered(idle, window[:1, 0], np.maximum(window[:1, 0], blocking[:1, 0]))[0])
     inside = _covered(idle, blocking[:, 0], blocking[:, 1])
     cost = inside.copy()
     owed: deque[list[float]] = deque()  # [span, lead left], oldest first
