@@ -16,6 +16,7 @@ import pytest
 from conf import load_settings
 from jobs.stages.ingest.profiler import scan_trace
 from pipelines.gold.bottlenecks.analyze import (
+    Collective,
     Finding,
     RankAnalysis,
     _sync_stall,
@@ -291,7 +292,7 @@ def test_gpu_breakdown_agrees_with_hta_within_one_point(name: str) -> None:
         assert abs(ours - theirs) <= 1.0
 
 
-def _rank(rank: int, collectives: list[tuple[float, float, int, float]], comm_pct: float) -> RankAnalysis:
+def _rank(rank: int, collectives: list[Collective], comm_pct: float) -> RankAnalysis:
     """A rank of 4 steps of 10 ms whose uncorrected communication_bound is `comm_pct`."""
     found = [Finding("communication_bound", rank, comm_pct, "NCCL kernels", "fix", None, {})]
     breakdown = dict.fromkeys(
@@ -315,10 +316,10 @@ def _rank(rank: int, collectives: list[tuple[float, float, int, float]], comm_pc
     )
 
 
-def _two_a_step(us: float, held: bool = True, steps: int = 4) -> list[tuple[float, float, int, float]]:
+def _two_a_step(us: float, held: bool = True, steps: int = 4) -> list[Collective]:
     """Two collectives a step, each `us` long and all of it exposed; `held`: ending in GPU work the host
     waited for (else the GPU would have waited for its host anyway)."""
-    return [(us, us, k // 2, us if held else 0.0) for k in range(2 * steps)]
+    return [Collective(us, us, k // 2, us if held else 0.0) for k in range(2 * steps)]
 
 
 def test_waiting_for_a_slow_rank_is_its_straggler_finding_not_communication() -> None:
@@ -347,9 +348,7 @@ def test_a_wait_the_gpu_would_have_spent_idle_for_its_host_is_no_straggler() -> 
 def test_a_rank_late_in_one_step_only_is_no_straggler() -> None:
     # Rank 1 waits 4 ms for rank 0 in the first step only (its DataLoader's noise, say): the median step
     # loses nothing.
-    late_once = [
-        (3_000.0 if k < 2 else 1_000.0,) * 2 + (k // 2, 3_000.0 if k < 2 else 1_000.0) for k in range(8)
-    ]
+    late_once = [Collective(us, us, k // 2, us) for k, us in enumerate([3_000.0] * 2 + [1_000.0] * 6)]
     ranks = [_rank(0, _two_a_step(1_000.0), 10.0), _rank(1, late_once, 15.0)]
     assert collective_waits(ranks) is not None
     assert "straggler" not in {f.kind for f in job_findings(ranks, {}, SETTINGS)}

@@ -12,7 +12,7 @@ import re
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -75,6 +75,16 @@ class Finding:
     figures: dict[str, float] = field(default_factory=dict)
 
 
+class Collective(NamedTuple):
+    """One NCCL kernel of a rank. A collective's kernel on a rank runs from that rank's arrival to the last
+    rank's arrival plus the transfer, so across ranks the shortest is the transfer, the rest waits."""
+
+    us: float  # its duration
+    exposed_us: float  # of it, not overlapped with the rank's compute kernels
+    step: int  # the step it starts in, from 0; -1 outside the steps
+    held_us: float  # exposed_us when it ends inside GPU work the host waited for, else 0 (`collectives_of`)
+
+
 @dataclass
 class RankAnalysis:
     """One rank's breakdowns and findings."""
@@ -92,11 +102,7 @@ class RankAnalysis:
     has_stacks: bool
     findings: list[Finding]
     notes: list[str]
-    # Each NCCL kernel of the trace, in time order: (its µs, its µs not overlapped with compute, the step it
-    # starts in, from 0; -1 outside the steps). A collective's kernel on a rank runs from that rank's arrival
-    # to the last rank's arrival plus the transfer, so across ranks the shortest is the transfer, the rest
-    # waits.
-    collectives: list[tuple[float, float, int]] = field(default_factory=list)
+    collectives: list[Collective] = field(default_factory=list)  # every NCCL kernel, in time order
 
 
 def parse_frame(text: str) -> Frame | None:
@@ -222,12 +228,11 @@ def _covered(ranges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
 
 def collectives_of(
     ev: pd.DataFrame, steps: list[tuple[float, float]], waited: Ranges | None
-) -> list[tuple[float, float, int, float]]:
-    """Every NCCL kernel of the rank's trace, in time order: (µs, µs not overlapped with a compute kernel,
-    the step it starts in or -1, that exposed µs when the kernel ends inside GPU work the host waited for —
-    `waited`, all of it when None — else 0: a wait the GPU would otherwise have spent idle for the host
-    costs nothing). All of them, not only those in the steps: ranks may keep different steps (a cut last
-    step), and collectives are matched across ranks by their order."""
+) -> list[Collective]:
+    """Every NCCL kernel of the rank's trace, in time order. Its exposed time is held when the kernel ends
+    inside GPU work the host waited for (`waited`; all of it when None): a wait the GPU would otherwise have
+    spent idle for the host costs nothing. All of them, not only those in the steps: ranks may keep
+    different steps (a cut last step), and collectives are matched across ranks by their order."""
     kernels = ev[ev["kind"] == "kernel"]
     if kernels.empty:
         return []
@@ -242,7 +247,8 @@ def collectives_of(
     step = _step_of(a, steps)
     held = exposed if waited is None else np.where(_within(waited, b), exposed, 0.0)
     return [
-        (float(d), float(x), int(i), float(h)) for d, x, i, h in zip(b - a, exposed, step, held, strict=True)
+        Collective(float(d), float(x), int(i), float(h))
+        for d, x, i, h in zip(b - a, exposed, step, held, strict=True)
     ]
 
 
@@ -651,20 +657,20 @@ def collective_waits(ranks: list[RankAnalysis]) -> dict[int | None, list[float]]
         return None
     counts = [len(r.collectives) for r in ranks]
     n = min(counts)
-    per_step = max(sum(1 for c in r.collectives if c[2] >= 0) / r.steps for r in ranks)
+    per_step = max(sum(1 for c in r.collectives if c.step >= 0) / r.steps for r in ranks)
     if n == 0 or max(counts) - n > per_step:
         return None
-    shortest = np.min(np.array([[c[0] for c in r.collectives[:n]] for r in ranks]), axis=0).tolist()
-    return {r.rank: [c[0] - t for c, t in zip(r.collectives, shortest, strict=False)] for r in ranks}
+    shortest = np.min(np.array([[c.us for c in r.collectives[:n]] for r in ranks]), axis=0).tolist()
+    return {r.rank: [c.us - t for c, t in zip(r.collectives, shortest, strict=False)] for r in ranks}
 
 
 def _waiting(r: RankAnalysis, waits: list[float], in_steps: bool = False) -> float:
     """The µs of the rank's exposed NCCL time (not overlapped with compute) spent waiting for its peers, over
     the matched collectives (all, or those that start in the steps)."""
     return sum(
-        min(exposed, w)
-        for (_, exposed, step, _), w in zip(r.collectives, waits, strict=False)
-        if step >= 0 or not in_steps
+        min(c.exposed_us, w)
+        for c, w in zip(r.collectives, waits, strict=False)
+        if c.step >= 0 or not in_steps
     )
 
 
@@ -678,7 +684,7 @@ def _communication_without_waiting(
     step_total = r.mean_step_us * r.steps
     if found is None or step_total <= 0:
         return r.findings
-    exposed = sum(x for _, x, step, _ in r.collectives if step >= 0)
+    exposed = sum(c.exposed_us for c in r.collectives if c.step >= 0)
     waited = _waiting(r, waits, in_steps=True)  # an unmatched last collective counts as transfer
     pct = 100.0 * (exposed - waited) / step_total
     if pct < s.communication_pct:
@@ -703,9 +709,9 @@ def _per_step(r: RankAnalysis, steps: int, held: bool) -> np.ndarray:
     """The rank's NCCL time not overlapped with its compute, per step (the first `steps` of them); with
     `held`, only that of kernels ending in GPU work the host waited for (`collectives_of`)."""
     out = np.zeros(steps)
-    for _, exposed, step, in_waited in r.collectives:
-        if 0 <= step < steps:
-            out[step] += in_waited if held else exposed
+    for c in r.collectives:
+        if 0 <= c.step < steps:
+            out[c.step] += c.held_us if held else c.exposed_us
     return out
 
 
