@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 
 from conf import load_settings
+from jobs.stages.bottlenecks import _rank_from_json
 from jobs.stages.ingest.profiler import scan_trace
 from pipelines.gold.bottlenecks.analyze import (
     Collective,
@@ -386,3 +388,12 @@ def test_the_sync_ending_each_step_costs_the_idle_before_the_next_step_even_the_
     window = merge(starts, starts + 1_000.0)
     cost, weight = _sync_stall(sync, busy, window)
     assert cost == pytest.approx(600.0) and len(weight) == 3
+
+
+def test_a_rank_analysis_survives_the_json_the_spark_stage_ships() -> None:
+    # jobs/stages/bottlenecks.py analyses each trace in applyInPandas and sends it back as JSON: the findings'
+    # frames and the collectives must come back as the types the job rules read.
+    a = _analyse("hta_trace_filter_sampled_rank-0")
+    assert (a.collectives and any(f.frame for f in a.findings)) or a.findings
+    back = _rank_from_json(json.dumps(asdict(a)))
+    assert back == a and isinstance(back.collectives[0], Collective)

@@ -18,7 +18,14 @@ from conf import BottleneckSettings, ClusterConfig
 from jobs.context import Context
 from jobs.io.tables import merge_into, read_table, replace_where, sql_string
 from jobs.stages.bottleneck_counters import build_counter_findings
-from pipelines.gold.bottlenecks.analyze import Finding, Frame, RankAnalysis, analyze_rank, job_findings
+from pipelines.gold.bottlenecks.analyze import (
+    Collective,
+    Finding,
+    Frame,
+    RankAnalysis,
+    analyze_rank,
+    job_findings,
+)
 from pipelines.schemas import (
     GOLD_JOB_BOTTLENECKS,
     GOLD_PROFILER_RANKS,
@@ -50,6 +57,7 @@ def _rank_from_json(text: str) -> RankAnalysis:
     d["findings"] = [
         Finding(**{**x, "frame": Frame(**x["frame"]) if x["frame"] else None}) for x in d["findings"]
     ]
+    d["collectives"] = [Collective(*c) for c in d["collectives"]]  # JSON keeps a named tuple as a list
     return RankAnalysis(**d)
 
 
