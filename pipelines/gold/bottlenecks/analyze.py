@@ -12,6 +12,7 @@ import re
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -226,12 +227,10 @@ def _covered(ranges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return below(ends) - below(starts)
 
 
-def collectives_of(
-    ev: pd.DataFrame, steps: list[tuple[float, float]], waited: Ranges | None
-) -> list[Collective]:
+def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]], line: _Timeline) -> list[Collective]:
     """Every NCCL kernel of the rank's trace, in time order. Its exposed time is held when the kernel ends
-    inside GPU work the host waited for (`waited`; all of it when None): a wait the GPU would otherwise have
-    spent idle for the host costs nothing. All of them, not only those in the steps: ranks may keep
+    inside GPU work the host waited for (`line.waited`; all of it when None): a wait the GPU would otherwise
+    have spent idle for the host costs nothing. All of them, not only those in the steps: ranks may keep
     different steps (a cut last step), and collectives are matched across ranks by their order."""
     kernels = ev[ev["kind"] == "kernel"]
     if kernels.empty:
@@ -245,6 +244,7 @@ def collectives_of(
     a, b = comm["ts_us"].to_numpy(dtype=float), comm["end_us"].to_numpy(dtype=float)
     exposed = (b - a) - _covered(comp_r, a, b)
     step = _step_of(a, steps)
+    waited = line.waited
     held = exposed if waited is None else np.where(_within(waited, b), exposed, 0.0)
     return [
         Collective(float(d), float(x), int(i), float(h))
@@ -263,13 +263,19 @@ def _within(ranges: Ranges, ts: np.ndarray) -> np.ndarray:
 @dataclass
 class _Timeline:
     """What several rules read of one rank's steps: the synchronising calls in them, the steps' ranges
-    (`window`), the GPU's work (any kernel, copy or memset: `busy`) and the stretches of it the host waited
-    for (`waited`, see `_host_waited_for`; None without launches to join)."""
+    (`window`), the GPU's work (any kernel, copy or memset: `busy`) and, on first use, the stretches of it
+    the host waited for (`waited`)."""
 
+    ev: pd.DataFrame
     sync: pd.DataFrame
     window: Ranges
     busy: Ranges
-    waited: Ranges | None
+
+    @cached_property
+    def waited(self) -> Ranges | None:
+        """`_host_waited_for` (joins GPU ops to their launches): only low_tensor_core and traces with NCCL
+        kernels need it. None without launches to join."""
+        return _host_waited_for(self.ev, self.sync, self.busy, self.window)
 
 
 def _timeline(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> _Timeline:
@@ -281,7 +287,7 @@ def _timeline(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> _Timeline:
     window = merge(*zip(*steps, strict=True))
     gpu = ev[ev["is_gpu"]]
     busy = merge(gpu["ts_us"].to_numpy(), gpu["end_us"].to_numpy())
-    return _Timeline(sync, window, busy, _host_waited_for(ev, sync, busy, window))
+    return _Timeline(ev, sync, window, busy)
 
 
 def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float, np.ndarray]:
@@ -406,7 +412,7 @@ def analyze_rank(
         has_stacks=finder.has_any,
         findings=findings,
         notes=notes,
-        collectives=collectives_of(ev, steps.ranges, line.waited) if line is not None else [],
+        collectives=collectives_of(ev, steps.ranges, line) if line is not None else [],
     )
 
 
