@@ -315,6 +315,7 @@ def _rank(rank: int, collectives: list[Collective], comm_pct: float) -> RankAnal
         found,
         [],
         collectives,
+        {"communication_bound": comm_pct},
     )
 
 
@@ -397,3 +398,24 @@ def test_a_rank_analysis_survives_the_json_the_spark_stage_ships() -> None:
     assert (a.collectives and any(f.frame for f in a.findings)) or a.findings
     back = _rank_from_json(json.dumps(asdict(a)))
     assert back == a and isinstance(back.collectives[0], Collective)
+
+
+def _syncing_rank(rank: int, sync_pct: float) -> RankAnalysis:
+    """A rank whose syncs cost `sync_pct` of its steps (a `sync_bound` finding when that reaches 10 %)."""
+    found = [Finding("sync_bound", rank, sync_pct, "syncs", "fix", None, {})] if sync_pct >= 10.0 else []
+    rank_analysis = _rank(rank, [], 0.0)
+    rank_analysis.findings, rank_analysis.shares = found, {"sync_bound": sync_pct}
+    return rank_analysis
+
+
+def test_a_job_has_a_share_judged_finding_when_its_ranks_mean_reaches_the_gate() -> None:
+    # One rank of eight reading 11 % where the others read 2 %: the largest of eight readings, not a job
+    # whose syncs cost 10 %.
+    one_high = [_syncing_rank(0, 11.0), *(_syncing_rank(k, 2.0) for k in range(1, 8))]
+    assert job_findings(one_high, {}, SETTINGS) == []
+    # Two ranks at 12 % and 9 %: the mean (10.5 %) holds, counting the rank below the gate at what it reads.
+    both = job_findings([_syncing_rank(0, 12.0), _syncing_rank(1, 9.0)], {}, SETTINGS)
+    assert [(f.kind, f.rank) for f in both] == [("sync_bound", 0)]
+    assert both[0].share_pct == pytest.approx(10.5)
+    # One rank: its own reading, as before.
+    assert [f.share_pct for f in job_findings([_syncing_rank(0, 10.0)], {}, SETTINGS)] == [10.0]

@@ -104,6 +104,9 @@ class RankAnalysis:
     findings: list[Finding]
     notes: list[str]
     collectives: list[Collective] = field(default_factory=list)  # every NCCL kernel, in time order
+    # The share of step time each share-judged kind (`SHARE_GATES`) measures on the rank, found or not: a
+    # job's finding is judged on their mean over its ranks (`job_findings`).
+    shares: dict[str, float] = field(default_factory=dict)
 
 
 def parse_frame(text: str) -> Frame | None:
@@ -383,6 +386,7 @@ def analyze_rank(
     finder = FrameFinder(ev)
     notes = [steps.note] if steps.note else []
     findings: list[Finding] = []
+    shares: dict[str, float] = {}
     has_gpu = gb is not None
     if not has_gpu:
         notes.append("no GPU activity in the trace (CPU-only): GPU findings need kernels, copies or memsets")
@@ -392,10 +396,11 @@ def analyze_rank(
     line = _timeline(ev, steps.ranges) if has_gpu and sb.steps else None
     if line is not None:
         findings += _rank_findings(
-            ev, steps.ranges, line, sb.pct, step_total, gb, finder, settings, compute_major
+            ev, steps.ranges, line, sb.pct, step_total, gb, finder, settings, compute_major, shares
         )
         if "AMD" in (device_name or "").upper():  # Tensor-Core kernel names are NVIDIA's
             findings = [f for f in findings if f.kind != "low_tensor_core"]
+            shares.pop("low_tensor_core", None)
     for f in findings:
         f.rank = rank
     return RankAnalysis(
@@ -413,6 +418,7 @@ def analyze_rank(
         findings=findings,
         notes=notes,
         collectives=collectives_of(ev, steps.ranges, line) if line is not None else [],
+        shares=shares,
     )
 
 
@@ -426,9 +432,13 @@ def _rank_findings(
     finder: FrameFinder,
     s: BottleneckSettings,
     compute_major: int | None,
+    shares: dict[str, float],
 ) -> list[Finding]:
+    """The rank's findings; `shares` receives what each share-judged kind measures, above its gate or not."""
     out: list[Finding] = []
     kernels = _in_steps(ev[ev["kind"] == "kernel"], steps)
+    shares["input_bound"] = pct["dataloader"]
+    shares["memcpy_bound"] = pct["memcpy"]
     # input_bound
     if pct["dataloader"] >= s.input_bound_pct:
         loader = _in_steps(ev[ev["is_dataloader"]], steps)
@@ -452,6 +462,7 @@ def _rank_findings(
     # blocked time, during which the GPU works.
     stall, per_call = _sync_stall(sync, busy, window) if len(sync) and step_total > 0 else (0.0, None)
     sync_pct = 100.0 * stall / step_total if step_total > 0 else 0.0
+    shares["sync_bound"] = sync_pct
     # The step's GPU idle (no kernel, copy or memset), % of step time: launch_bound's and idle_gpu's.
     idle = max(0.0, 100.0 - pct["kernel"] - pct["memcpy"] - pct["memset"])
     # launch_bound
@@ -538,6 +549,7 @@ def _rank_findings(
             comp_r = merge(comp["ts_us"].to_numpy(), comp["end_us"].to_numpy())
             exposed = total(comm_r) - total(intersect(comm_r, comp_r))
             exposed_pct = 100.0 * exposed / step_total
+            shares["communication_bound"] = exposed_pct
             if exposed_pct >= s.communication_pct:
                 frame = finder.top(comm, gpu=True)
                 overlap = 100.0 * (1 - exposed / total(comm_r)) if total(comm_r) else 0.0
@@ -568,6 +580,8 @@ def _rank_findings(
                 fp32_r = intersect(merge(fp32["ts_us"].to_numpy(), fp32["end_us"].to_numpy()), window)
                 waited = line.waited
                 share = 100.0 * total(fp32_r if waited is None else intersect(fp32_r, waited)) / step_total
+            if fp32_pct >= s.tensor_core_fp32_pct:
+                shares["low_tensor_core"] = share
             if fp32_pct >= s.tensor_core_fp32_pct and share >= s.tensor_core_step_pct:
                 frame = finder.top(fp32, gpu=True)
                 out.append(
@@ -621,6 +635,17 @@ def _rank_findings(
             )
         )
     return out
+
+
+# Kinds a rank reports when their share of step time reaches a gate (the setting named): a job has one when
+# the mean over its GPU ranks of what each measures does (`job_findings`).
+SHARE_GATES = {
+    "input_bound": "input_bound_pct",
+    "memcpy_bound": "memcpy_pct",
+    "sync_bound": "sync_pct",
+    "communication_bound": "communication_pct",
+    "low_tensor_core": "tensor_core_step_pct",
+}
 
 
 def _median_of_others(values: dict[int | None, float], rank: int | None) -> float:
@@ -680,6 +705,17 @@ def _waiting(r: RankAnalysis, waits: list[float], in_steps: bool = False) -> flo
     )
 
 
+def _transfer_pct(r: RankAnalysis, waits: list[float]) -> tuple[float, float]:
+    """The rank's exposed NCCL time less the time its kernels waited for the other ranks, and that wait, as
+    % of its step time (over the collectives that start in the steps)."""
+    step_total = r.mean_step_us * r.steps
+    if step_total <= 0:
+        return 0.0, 0.0
+    exposed = sum(c.exposed_us for c in r.collectives if c.step >= 0)
+    waited = _waiting(r, waits, in_steps=True)  # an unmatched last collective counts as transfer
+    return 100.0 * (exposed - waited) / step_total, 100.0 * waited / step_total
+
+
 def _communication_without_waiting(
     r: RankAnalysis, waits: list[float], s: BottleneckSettings
 ) -> list[Finding]:
@@ -687,15 +723,11 @@ def _communication_without_waiting(
     less the time its kernels waited for the other ranks (that is the slowest rank's, see `straggler`)."""
     others = [f for f in r.findings if f.kind != "communication_bound"]
     found = next((f for f in r.findings if f.kind == "communication_bound"), None)
-    step_total = r.mean_step_us * r.steps
-    if found is None or step_total <= 0:
+    if found is None or r.mean_step_us * r.steps <= 0:
         return r.findings
-    exposed = sum(c.exposed_us for c in r.collectives if c.step >= 0)
-    waited = _waiting(r, waits, in_steps=True)  # an unmatched last collective counts as transfer
-    pct = 100.0 * (exposed - waited) / step_total
+    pct, waited_pct = _transfer_pct(r, waits)
     if pct < s.communication_pct:
         return others
-    waited_pct = 100.0 * waited / step_total
     return [
         *others,
         Finding(
@@ -762,13 +794,24 @@ def straggler_by_waiting(
     )
 
 
+def _rank_shares(r: RankAnalysis, waits: dict[int | None, list[float]] | None) -> dict[str, float]:
+    """What each share-judged kind measures on the rank; `communication_bound` net of waiting when the ranks'
+    collectives match."""
+    if waits is None or "communication_bound" not in r.shares:
+        return r.shares
+    return {**r.shares, "communication_bound": _transfer_pct(r, waits[r.rank])[0]}
+
+
 def job_findings(
     ranks: list[RankAnalysis], hosts: dict[int | None, str | None], s: BottleneckSettings
 ) -> list[Finding]:
-    """A job's findings: one per kind (the rank where it is largest, its share the mean over the job's GPU
-    ranks, absent ones counting 0), plus `straggler` across ranks; `idle_gpu` only where nothing else
-    holds. When the ranks' collectives match (`collective_waits`), the time a rank's NCCL kernels waited for
-    the others is taken out of its `communication_bound` and charged to the slowest rank as `straggler`."""
+    """A job's findings: one per kind (the rank where it is largest), its share the mean over the job's GPU
+    ranks, plus `straggler` across ranks; `idle_gpu` only where nothing else holds. A kind judged on its
+    share of step time (`SHARE_GATES`) holds for the job when the mean of what every GPU rank measures
+    reaches its gate: one rank of eight reading 11 % where the others read 2 % is the largest of eight noisy
+    readings, not a job that loses 11 %. Other kinds' share counts absent ranks as 0. When the ranks'
+    collectives match (`collective_waits`), the time a rank's NCCL kernels waited for the others is taken
+    out of its `communication_bound` and charged to the slowest rank as `straggler`."""
     gpu_ranks = [r for r in ranks if r.has_gpu and r.steps]
     waits = collective_waits(gpu_ranks)
     by_kind: dict[str, list[Finding]] = {}
@@ -776,10 +819,17 @@ def job_findings(
         found = r.findings if waits is None else _communication_without_waiting(r, waits[r.rank], s)
         for f in found:
             by_kind.setdefault(f.kind, []).append(f)
+    shares = [_rank_shares(r, waits) for r in gpu_ranks]
     out = []
     for kind, found in by_kind.items():
         worst = max(found, key=lambda f: f.share_pct)
-        mean_share = sum(f.share_pct for f in found) / len(gpu_ranks)
+        gate = SHARE_GATES.get(kind)
+        if gate is None:
+            mean_share = sum(f.share_pct for f in found) / len(gpu_ranks)
+        else:
+            mean_share = sum(max(m.get(kind, 0.0), 0.0) for m in shares) / len(gpu_ranks)
+            if mean_share < getattr(s, gate):
+                continue
         out.append(
             Finding(
                 kind,
