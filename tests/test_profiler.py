@@ -419,3 +419,78 @@ def test_a_job_has_a_share_judged_finding_when_its_ranks_mean_reaches_the_gate()
     assert both[0].share_pct == pytest.approx(10.5)
     # One rank: its own reading, as before.
     assert [f.share_pct for f in job_findings([_syncing_rank(0, 10.0)], {}, SETTINGS)] == [10.0]
+
+
+def _host_paced_trace(cpu_op_us: float) -> pd.DataFrame:
+    """Four 1 ms steps, each: a CPU-only operator of `cpu_op_us` (launches nothing), then ops dispatched
+    one after another — each 40 µs of host time with its cudaLaunchKernel, its 5 µs kernel starting as it
+    is launched — until the step ends. The GPU waits for the host throughout."""
+    events: list[dict] = []
+    corr = 0
+    for step in range(4):
+        t0 = 1_000.0 * step
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 1_000.0,
+            }
+        )
+        if cpu_op_us:
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::uniform_",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t0,
+                    "dur": cpu_op_us,
+                }
+            )
+        t = t0 + cpu_op_us
+        while t + 40.0 <= t0 + 1_000.0:
+            corr += 1
+            events += [
+                {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": t, "dur": 40.0},
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 30.0,
+                    "dur": 8.0,
+                    "args": {"correlation": corr},
+                },
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "elementwise_kernel",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t + 33.0,
+                    "dur": 5.0,
+                    "args": {"correlation": corr, "device": 0, "stream": 7},
+                },
+            ]
+            t += 40.0
+    rows = read_trace_events(io.BytesIO(json.dumps({"traceEvents": events}).encode()), EventTally())
+    return pd.DataFrame([r for r in rows if not isinstance(r, Reject)], columns=list(EVENT_COLUMNS))
+
+
+def test_launch_bound_counts_the_gpu_waiting_while_the_host_dispatches_not_its_cpu_work() -> None:
+    # Dispatch all step long: the GPU idles ~87 % waiting for launches.
+    paced = analyze_rank(_host_paced_trace(0.0), SETTINGS, 0, 8)
+    launch = next(f for f in paced.findings if f.kind == "launch_bound")
+    assert launch.figures["launch_wait_pct"] > 80.0
+    # A 700 µs CPU-only op first: the GPU idles as long, waiting for the host too (HTA's host wait), but
+    # faster launches give back only the ~26 % the host spends dispatching.
+    busy_cpu = analyze_rank(_host_paced_trace(700.0), SETTINGS, 0, 8)
+    launch = next(f for f in busy_cpu.findings if f.kind == "launch_bound")
+    assert 20.0 < launch.figures["launch_wait_pct"] < 30.0
+    assert busy_cpu.gpu_pct is not None and busy_cpu.gpu_pct["idle"] > 90.0

@@ -120,16 +120,16 @@ def test_truth_has_mild_causes_and_healthy_jobs(scored) -> None:
 
 # Measured on this sample (N_JOBS, SEED: see the table this test prints; docs/bottlenecks.md gives the 500-job
 # figures), minus a margin. The goal (>= 0.90 everywhere, nothing on healthy jobs) is not reached for
-# low_tensor_core (one FP32 GEMM finding whose speed-up saves 5.7 %), communication_bound (one false finding
-# of three here) and, at the 10 % boundary, memcpy_bound. The sample has
-# no straggler worth 10 % (the 500-job bench has 15; tests/test_profiler.py checks the rule on matched ranks).
+# low_tensor_core here (one FP32 GEMM finding whose speed-up saves 5.7 %); at 500 jobs communication_bound's
+# precision and memcpy_bound's recall also miss it. The sample has no straggler worth 10 % (the 500-job bench
+# has 15; tests/test_profiler.py checks the rule on matched ranks).
 FLOORS = {
     "input_bound": (0.90, 0.90),
-    "memcpy_bound": (0.70, 0.90),
+    "memcpy_bound": (0.70, 0.90),  # measured 4 of 4, none false
     "sync_bound": (0.90, 0.85),  # measured 13 of 14, none false
-    "launch_bound": (0.90, 0.85),  # measured 13 of 14, one false
+    "launch_bound": (0.90, 0.90),  # measured 14 of 14, none false
     "low_tensor_core": (0.75, 0.90),  # measured 4 of 5, all found
-    "communication_bound": (0.60, 0.90),
+    "communication_bound": (0.60, 0.90),  # measured 2 of 2, none false
 }
 
 
@@ -142,8 +142,8 @@ def test_findings_against_the_truth(scored) -> None:
         assert r is None or r >= r_min, (kind, r)
     assert score.fp.get("low_occupancy", 0) == 0 and score.fp.get("idle_gpu", 0) <= 1
     assert score.fp.get("straggler", 0) == 0
-    assert score.healthy_with_finding <= 0.1 * score.healthy_jobs  # measured 2 of 26
-    assert score.lines_right >= 0.95 * score.lines_checked  # measured 42 of 43
+    assert score.healthy_with_finding <= 1  # measured 0 of 26
+    assert score.lines_right >= 0.95 * score.lines_checked  # measured 42 of 44
 
 
 def test_single_rank_healthy_jobs_get_no_finding(scored) -> None:

@@ -338,6 +338,41 @@ def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float
     return float(cost.sum()), weight[np.clip(span, 0, None)]
 
 
+def _launch_wait(ev: pd.DataFrame, line: _Timeline) -> float:
+    """The GPU idle (µs, in the steps) spent waiting for the host to launch its next op while the host was
+    dispatching ops: idle that ends with an op launched after the GPU ran dry (HTA's host wait), covered by
+    the host's operator calls that launch GPU work, less the syncs, the DataLoader and the calls that wait
+    for the device (a copy from pageable memory, an allocation). An operator that launches nothing is CPU
+    work (a CPU tensor's init, a collate), and the host's own Python between ops, its work on a fetched
+    value, a DataLoader fetch or a sync are not launch overhead: faster launches (fusion, CUDA graphs) give
+    back only the dispatch."""
+    idle = subtract(line.window, line.busy)
+    g = with_launch_ts(ev, ev[ev["is_gpu"] & ev["correlation"].notna()])
+    if not idle.size or g.empty:
+        return 0.0
+    first = g.groupby("ts_us")["launch_ts"].min()  # the earliest launch among the ops starting at a time
+    at = first.index.to_numpy()
+    k = np.clip(np.searchsorted(at, idle[:, 1], side="left"), 0, len(at) - 1)
+    ends_at_op = np.isclose(at[k], idle[:, 1])
+    waiting = idle[ends_at_op & (first.to_numpy()[k] > idle[:, 0])]
+    if not waiting.size:
+        return 0.0
+    launches = np.sort(with_launch_ts(ev, ev[ev["is_gpu"]])["launch_ts"].to_numpy(dtype=float))
+    ops = ev[(ev["kind"] == "cpu_op") & ~ev["is_dataloader"]]
+    starts, ends = ops["ts_us"].to_numpy(dtype=float), ops["end_us"].to_numpy(dtype=float)
+    launching = np.searchsorted(launches, ends, side="left") > np.searchsorted(launches, starts, side="left")
+    dispatch = merge(starts[launching], ends[launching])
+    waits = ev[
+        ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains(DEVICE_WAIT_CALL_RE.pattern, regex=True)
+    ]
+    away = [line.sync, ev[ev["is_dataloader"]], waits]
+    blocked = merge(
+        np.concatenate([f["ts_us"].to_numpy(dtype=float) for f in away]),
+        np.concatenate([f["end_us"].to_numpy(dtype=float) for f in away]),
+    )
+    return total(intersect(waiting, subtract(dispatch, blocked)))
+
+
 def _host_waited_for(ev: pd.DataFrame, sync: pd.DataFrame, busy: Ranges, window: Ranges) -> Ranges | None:
     """The stretches of GPU work the host waited for: back-to-back work (an op after a gap launched before
     the gap opened is queued, HTA's kernel wait, and continues the stretch) that ends while the host is
@@ -469,10 +504,9 @@ def _rank_findings(
     if len(kernels):
         short = kernels["dur_us"] < s.launch_short_kernel_us
         short_pct = 100.0 * float(short.mean())
-        # The GPU starved by the host: the step's GPU idle times HTA's host-wait share of idle, less what the
-        # DataLoader and the syncs explain — the time the GPU waits for the host to launch its next work,
-        # which launching faster (fusion, CUDA graphs) gives back.
-        waiting = max(0.0, idle * gb.idle_split_pct["host_wait"] / 100.0 - pct["dataloader"] - sync_pct)
+        # The GPU starved by the host: its idle, waiting for the next launch, while the host dispatched ops
+        # (`_launch_wait`) — what launching faster (fusion, CUDA graphs) gives back.
+        waiting = 100.0 * _launch_wait(ev, line) / step_total if step_total > 0 else 0.0
         starved = waiting >= s.launch_wait_pct
         if (pct["runtime"] >= s.launch_runtime_pct or starved) and short_pct >= s.launch_short_kernel_pct:
             launches = _in_steps(ev[ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains("Launch")], steps)
