@@ -494,3 +494,104 @@ def test_launch_bound_counts_the_gpu_waiting_while_the_host_dispatches_not_its_c
     launch = next(f for f in busy_cpu.findings if f.kind == "launch_bound")
     assert 20.0 < launch.figures["launch_wait_pct"] < 30.0
     assert busy_cpu.gpu_pct is not None and busy_cpu.gpu_pct["idle"] > 90.0
+
+
+def _copy_then(host_after_copy: str) -> pd.DataFrame:
+    """Four 1 ms steps, each starting with a 200 µs pinned host-to-device copy. Then either the host does
+    400 µs of CPU work before launching the step's 300 µs kernel ("cpu": the copy is done long before the
+    host needs the GPU), or it launches a 600 µs kernel at once and waits in cudaStreamSynchronize ("sync":
+    the copy is on the path the host waits on)."""
+    events: list[dict] = []
+    gpu = {"pid": 0, "tid": 7}
+    for step in range(4):
+        t0, corr = 1_000.0 * step, 10 * step
+        events += [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 1_000.0,
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaMemcpyAsync",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 3.0,
+                "args": {"correlation": corr + 1},
+            },
+            {
+                "ph": "X",
+                "cat": "gpu_memcpy",
+                "name": "Memcpy HtoD (Pinned -> Device)",
+                **gpu,
+                "ts": t0 + 3.0,
+                "dur": 200.0,
+                "args": {"correlation": corr + 1, "device": 0, "stream": 7, "bytes": 2**24},
+            },
+        ]
+        launch_at, kernel_us = (t0 + 410.0, 300.0) if host_after_copy == "cpu" else (t0 + 10.0, 600.0)
+        if host_after_copy == "cpu":
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::uniform_",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t0 + 5.0,
+                    "dur": 400.0,
+                }
+            )
+        start = max(launch_at + 3.0, t0 + 203.0)
+        events += [
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": launch_at,
+                "dur": 5.0,
+                "args": {"correlation": corr + 2},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "sm80_xmma_gemm_bf16",
+                **gpu,
+                "ts": start,
+                "dur": kernel_us,
+                "args": {"correlation": corr + 2, "device": 0, "stream": 7},
+            },
+        ]
+        if host_after_copy == "sync":
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaStreamSynchronize",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t0 + 20.0,
+                    "dur": start + kernel_us - t0 - 19.0,
+                }
+            )
+    rows = read_trace_events(io.BytesIO(json.dumps({"traceEvents": events}).encode()), EventTally())
+    return pd.DataFrame([r for r in rows if not isinstance(r, Reject)], columns=list(EVENT_COLUMNS))
+
+
+def test_memcpy_bound_counts_copies_on_the_path_the_host_waits_on() -> None:
+    waited = analyze_rank(_copy_then("sync"), SETTINGS, 0, 8)
+    assert waited.breakdown_pct["memcpy"] == pytest.approx(20.0, abs=0.5)
+    found = next(f for f in waited.findings if f.kind == "memcpy_bound")
+    assert found.share_pct == pytest.approx(20.0, abs=0.5)
+    # The same copies while the host works on the CPU: 20 % of the step, but a faster copy only idles longer.
+    hidden = analyze_rank(_copy_then("cpu"), SETTINGS, 0, 8)
+    assert hidden.breakdown_pct["memcpy"] == pytest.approx(20.0, abs=0.5)
+    assert "memcpy_bound" not in {f.kind for f in hidden.findings}
