@@ -421,6 +421,19 @@ def test_a_job_has_a_share_judged_finding_when_its_ranks_mean_reaches_the_gate()
     assert [f.share_pct for f in job_findings([_syncing_rank(0, 10.0)], {}, SETTINGS)] == [10.0]
 
 
+def _event(cat: str, name: str, ts: float, dur: float, gpu: bool = False, **args: object) -> dict:
+    """One complete Chrome-trace event on host thread 1, or (`gpu`) on stream 7 of device 0."""
+    where = {"pid": 0, "tid": 7} if gpu else {"pid": 1, "tid": 1}
+    if gpu:
+        args = {"device": 0, "stream": 7, **args}
+    return {"ph": "X", "cat": cat, "name": name, **where, "ts": ts, "dur": dur, "args": args}
+
+
+def _events_of(events: list[dict]) -> pd.DataFrame:
+    rows = read_trace_events(io.BytesIO(json.dumps({"traceEvents": events}).encode()), EventTally())
+    return pd.DataFrame([r for r in rows if not isinstance(r, Reject)], columns=list(EVENT_COLUMNS))
+
+
 def _host_paced_trace(cpu_op_us: float) -> pd.DataFrame:
     """Four 1 ms steps, each: a CPU-only operator of `cpu_op_us` (launches nothing), then ops dispatched
     one after another — each 40 µs of host time with its cudaLaunchKernel, its 5 µs kernel starting as it
@@ -429,58 +442,19 @@ def _host_paced_trace(cpu_op_us: float) -> pd.DataFrame:
     corr = 0
     for step in range(4):
         t0 = 1_000.0 * step
-        events.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{step}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t0,
-                "dur": 1_000.0,
-            }
-        )
+        events.append(_event("user_annotation", f"ProfilerStep#{step}", t0, 1_000.0))
         if cpu_op_us:
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "cpu_op",
-                    "name": "aten::uniform_",
-                    "pid": 1,
-                    "tid": 1,
-                    "ts": t0,
-                    "dur": cpu_op_us,
-                }
-            )
+            events.append(_event("cpu_op", "aten::uniform_", t0, cpu_op_us))
         t = t0 + cpu_op_us
         while t + 40.0 <= t0 + 1_000.0:
             corr += 1
             events += [
-                {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": t, "dur": 40.0},
-                {
-                    "ph": "X",
-                    "cat": "cuda_runtime",
-                    "name": "cudaLaunchKernel",
-                    "pid": 1,
-                    "tid": 1,
-                    "ts": t + 30.0,
-                    "dur": 8.0,
-                    "args": {"correlation": corr},
-                },
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": "elementwise_kernel",
-                    "pid": 0,
-                    "tid": 7,
-                    "ts": t + 33.0,
-                    "dur": 5.0,
-                    "args": {"correlation": corr, "device": 0, "stream": 7},
-                },
+                _event("cpu_op", "aten::add", t, 40.0),
+                _event("cuda_runtime", "cudaLaunchKernel", t + 30.0, 8.0, correlation=corr),
+                _event("kernel", "elementwise_kernel", t + 33.0, 5.0, gpu=True, correlation=corr),
             ]
             t += 40.0
-    rows = read_trace_events(io.BytesIO(json.dumps({"traceEvents": events}).encode()), EventTally())
-    return pd.DataFrame([r for r in rows if not isinstance(r, Reject)], columns=list(EVENT_COLUMNS))
+    return _events_of(events)
 
 
 def test_launch_bound_counts_the_gpu_waiting_while_the_host_dispatches_not_its_cpu_work() -> None:
@@ -502,88 +476,35 @@ def _copy_then(host_after_copy: str) -> pd.DataFrame:
     host needs the GPU), or it launches a 600 µs kernel at once and waits in cudaStreamSynchronize ("sync":
     the copy is on the path the host waits on)."""
     events: list[dict] = []
-    gpu = {"pid": 0, "tid": 7}
     for step in range(4):
         t0, corr = 1_000.0 * step, 10 * step
         events += [
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{step}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t0,
-                "dur": 1_000.0,
-            },
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaMemcpyAsync",
-                "pid": 1,
-                "tid": 1,
-                "ts": t0,
-                "dur": 3.0,
-                "args": {"correlation": corr + 1},
-            },
-            {
-                "ph": "X",
-                "cat": "gpu_memcpy",
-                "name": "Memcpy HtoD (Pinned -> Device)",
-                **gpu,
-                "ts": t0 + 3.0,
-                "dur": 200.0,
-                "args": {"correlation": corr + 1, "device": 0, "stream": 7, "bytes": 2**24},
-            },
+            _event("user_annotation", f"ProfilerStep#{step}", t0, 1_000.0),
+            _event("cuda_runtime", "cudaMemcpyAsync", t0, 3.0, correlation=corr + 1),
+            _event(
+                "gpu_memcpy",
+                "Memcpy HtoD (Pinned -> Device)",
+                t0 + 3.0,
+                200.0,
+                gpu=True,
+                correlation=corr + 1,
+                bytes=2**24,
+            ),
         ]
-        launch_at, kernel_us = (t0 + 410.0, 300.0) if host_after_copy == "cpu" else (t0 + 10.0, 600.0)
-        if host_after_copy == "cpu":
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "cpu_op",
-                    "name": "aten::uniform_",
-                    "pid": 1,
-                    "tid": 1,
-                    "ts": t0 + 5.0,
-                    "dur": 400.0,
-                }
-            )
+        cpu = host_after_copy == "cpu"
+        launch_at, kernel_us = (t0 + 410.0, 300.0) if cpu else (t0 + 10.0, 600.0)
+        if cpu:
+            events.append(_event("cpu_op", "aten::uniform_", t0 + 5.0, 400.0))
         start = max(launch_at + 3.0, t0 + 203.0)
         events += [
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": 1,
-                "tid": 1,
-                "ts": launch_at,
-                "dur": 5.0,
-                "args": {"correlation": corr + 2},
-            },
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": "sm80_xmma_gemm_bf16",
-                **gpu,
-                "ts": start,
-                "dur": kernel_us,
-                "args": {"correlation": corr + 2, "device": 0, "stream": 7},
-            },
+            _event("cuda_runtime", "cudaLaunchKernel", launch_at, 5.0, correlation=corr + 2),
+            _event("kernel", "sm80_xmma_gemm_bf16", start, kernel_us, gpu=True, correlation=corr + 2),
         ]
-        if host_after_copy == "sync":
+        if not cpu:
             events.append(
-                {
-                    "ph": "X",
-                    "cat": "cuda_runtime",
-                    "name": "cudaStreamSynchronize",
-                    "pid": 1,
-                    "tid": 1,
-                    "ts": t0 + 20.0,
-                    "dur": start + kernel_us - t0 - 19.0,
-                }
+                _event("cuda_runtime", "cudaStreamSynchronize", t0 + 20.0, start + kernel_us - t0 - 19.0)
             )
-    rows = read_trace_events(io.BytesIO(json.dumps({"traceEvents": events}).encode()), EventTally())
-    return pd.DataFrame([r for r in rows if not isinstance(r, Reject)], columns=list(EVENT_COLUMNS))
+    return _events_of(events)
 
 
 def test_memcpy_bound_counts_copies_on_the_path_the_host_waits_on() -> None:
