@@ -276,8 +276,8 @@ class _Timeline:
 
     @cached_property
     def waited(self) -> Ranges | None:
-        """`_host_waited_for` (joins GPU ops to their launches): only low_tensor_core and traces with NCCL
-        kernels need it. None without launches to join."""
+        """`_host_waited_for` (joins GPU ops to their launches), computed once for the rules that read it
+        (memcpy_bound, low_tensor_core, the collectives). None without launches to join."""
         return _host_waited_for(self.ev, self.sync, self.busy, self.window)
 
 
