@@ -266,8 +266,8 @@ def _within(ranges: Ranges, ts: np.ndarray) -> np.ndarray:
 @dataclass
 class _Timeline:
     """What several rules read of one rank's steps: the synchronising calls in them, the steps' ranges
-    (`window`), the GPU's work (any kernel, copy or memset: `busy`) and, on first use, the stretches of it
-    the host waited for (`waited`)."""
+    (`window`), the GPU's work (any kernel, copy or memset: `busy`) and, each on first use, the GPU ops'
+    launches, the host's blocking calls and the stretches of GPU work the host waited for (`waited`)."""
 
     ev: pd.DataFrame
     sync: pd.DataFrame
@@ -275,10 +275,36 @@ class _Timeline:
     busy: Ranges
 
     @cached_property
+    def launched(self) -> pd.DataFrame:
+        """The GPU ops joined to the host call that launched each (`launch_ts`, by correlation)."""
+        ev = self.ev
+        return with_launch_ts(ev, ev[ev["is_gpu"] & ev["correlation"].notna()])
+
+    @cached_property
+    def first_launch(self) -> pd.Series:
+        """Per start time of GPU ops, the earliest launch among the ops starting then."""
+        return self.launched.groupby("ts_us")["launch_ts"].min()
+
+    @cached_property
+    def blocking(self) -> Ranges:
+        """Where the host is blocked on the device: the syncs, and the CUDA calls that may wait for it (a
+        copy from pageable memory, an allocation)."""
+        ev = self.ev
+        calls = ev[
+            ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains(DEVICE_WAIT_CALL_RE.pattern, regex=True)
+        ]
+        return merge(
+            np.concatenate([self.sync["ts_us"].to_numpy(dtype=float), calls["ts_us"].to_numpy(dtype=float)]),
+            np.concatenate(
+                [self.sync["end_us"].to_numpy(dtype=float), calls["end_us"].to_numpy(dtype=float)]
+            ),
+        )
+
+    @cached_property
     def waited(self) -> Ranges | None:
-        """`_host_waited_for` (joins GPU ops to their launches), computed once for the rules that read it
-        (memcpy_bound, low_tensor_core, the collectives). None without launches to join."""
-        return _host_waited_for(self.ev, self.sync, self.busy, self.window)
+        """`_host_waited_for`, computed once for the rules that read it (memcpy_bound, low_tensor_core, the
+        collectives). None without launches to join."""
+        return _host_waited_for(self)
 
 
 def _timeline(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> _Timeline:
@@ -347,28 +373,24 @@ def _launch_wait(ev: pd.DataFrame, line: _Timeline) -> float:
     value, a DataLoader fetch or a sync are not launch overhead: faster launches (fusion, CUDA graphs) give
     back only the dispatch."""
     idle = subtract(line.window, line.busy)
-    g = with_launch_ts(ev, ev[ev["is_gpu"] & ev["correlation"].notna()])
-    if not idle.size or g.empty:
+    first = line.first_launch
+    if not idle.size or first.empty:
         return 0.0
-    first = g.groupby("ts_us")["launch_ts"].min()  # the earliest launch among the ops starting at a time
     at = first.index.to_numpy()
     k = np.clip(np.searchsorted(at, idle[:, 1], side="left"), 0, len(at) - 1)
     ends_at_op = np.isclose(at[k], idle[:, 1])
     waiting = idle[ends_at_op & (first.to_numpy()[k] > idle[:, 0])]
     if not waiting.size:
         return 0.0
-    launches = np.sort(with_launch_ts(ev, ev[ev["is_gpu"]])["launch_ts"].to_numpy(dtype=float))
+    launches = np.sort(line.launched["launch_ts"].to_numpy(dtype=float))
     ops = ev[(ev["kind"] == "cpu_op") & ~ev["is_dataloader"]]
     starts, ends = ops["ts_us"].to_numpy(dtype=float), ops["end_us"].to_numpy(dtype=float)
     launching = np.searchsorted(launches, ends, side="left") > np.searchsorted(launches, starts, side="left")
     dispatch = merge(starts[launching], ends[launching])
-    waits = ev[
-        ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains(DEVICE_WAIT_CALL_RE.pattern, regex=True)
-    ]
-    away = [line.sync, ev[ev["is_dataloader"]], waits]
+    loader = ev[ev["is_dataloader"]]
     blocked = merge(
-        np.concatenate([f["ts_us"].to_numpy(dtype=float) for f in away]),
-        np.concatenate([f["end_us"].to_numpy(dtype=float) for f in away]),
+        np.concatenate([line.blocking[:, 0], loader["ts_us"].to_numpy(dtype=float)]),
+        np.concatenate([line.blocking[:, 1], loader["end_us"].to_numpy(dtype=float)]),
     )
     return total(intersect(waiting, subtract(dispatch, blocked)))
 
@@ -389,33 +411,24 @@ def _critical_memcpy_pct(
     return 100.0 * total(intersect(subtract(copy_r, kern_r), waited)) / step_total
 
 
-def _host_waited_for(ev: pd.DataFrame, sync: pd.DataFrame, busy: Ranges, window: Ranges) -> Ranges | None:
+def _host_waited_for(line: _Timeline) -> Ranges | None:
     """The stretches of GPU work the host waited for: back-to-back work (an op after a gap launched before
     the gap opened is queued, HTA's kernel wait, and continues the stretch) that ends while the host is
-    blocked — in a sync, or in a CUDA call that waits for the device (a copy from pageable memory, an
-    allocation) — or runs to the end of the steps. Only work there lengthens the step: a stretch that ends
-    because the host has not launched the next op (a host-bound loop, a DataLoader wait) would, done faster,
-    only idle longer. Launches are joined to GPU ops by correlation (as HTA's idle split); None when none is
-    in the trace."""
-    g = with_launch_ts(ev, ev[ev["is_gpu"] & ev["correlation"].notna()])
-    if g.empty:
+    blocked — in a sync, or in a CUDA call that waits for the device (`line.blocking`) — or runs to the end
+    of the steps. Only work there lengthens the step: a stretch that ends because the host has not launched
+    the next op (a host-bound loop, a DataLoader wait) would, done faster, only idle longer. Launches are
+    joined to GPU ops by correlation (as HTA's idle split); None when none is in the trace."""
+    first, busy, blocking = line.first_launch, line.busy, line.blocking
+    if first.empty:
         return None
     # The earliest launch among the ops starting each busy interval: after the previous interval's end, the
     # GPU waited for the host and a new stretch begins.
-    first = g.groupby("ts_us")["launch_ts"].min()
     starts = first.reindex(busy[:, 0]).to_numpy()
     new = np.ones(len(busy), dtype=bool)
     new[1:] = starts[1:] > busy[:-1, 1]  # launched after the GPU ran dry; an unknown launch continues
     stretch = np.column_stack([busy[new, 0], np.maximum.reduceat(busy[:, 1], np.flatnonzero(new))])
-    calls = ev[
-        ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains(DEVICE_WAIT_CALL_RE.pattern, regex=True)
-    ]
-    blocking = merge(
-        np.concatenate([sync["ts_us"].to_numpy(dtype=float), calls["ts_us"].to_numpy(dtype=float)]),
-        np.concatenate([sync["end_us"].to_numpy(dtype=float), calls["end_us"].to_numpy(dtype=float)]),
-    )
     ends = stretch[:, 1]
-    waited = ends >= window[-1, 1]
+    waited = ends >= line.window[-1, 1]
     if blocking.size:
         k = np.searchsorted(blocking[:, 0], ends, side="left") - 1
         waited |= (k >= 0) & (ends <= blocking[np.clip(k, 0, None), 1])
@@ -769,15 +782,16 @@ def _transfer_pct(r: RankAnalysis, waits: list[float]) -> tuple[float, float]:
 
 
 def _communication_without_waiting(
-    r: RankAnalysis, waits: list[float], s: BottleneckSettings
+    r: RankAnalysis, transfer: tuple[float, float], s: BottleneckSettings
 ) -> list[Finding]:
-    """The rank's findings with `communication_bound` judged on the transfer alone: the exposed NCCL time
-    less the time its kernels waited for the other ranks (that is the slowest rank's, see `straggler`)."""
+    """The rank's findings with `communication_bound` judged on the transfer alone (`_transfer_pct`): the
+    exposed NCCL time less the time its kernels waited for the other ranks (that is the slowest rank's, see
+    `straggler`)."""
     others = [f for f in r.findings if f.kind != "communication_bound"]
     found = next((f for f in r.findings if f.kind == "communication_bound"), None)
     if found is None or r.mean_step_us * r.steps <= 0:
         return r.findings
-    pct, waited_pct = _transfer_pct(r, waits)
+    pct, waited_pct = transfer
     if pct < s.communication_pct:
         return others
     return [
@@ -846,14 +860,6 @@ def straggler_by_waiting(
     )
 
 
-def _rank_shares(r: RankAnalysis, waits: dict[int | None, list[float]] | None) -> dict[str, float]:
-    """What each share-judged kind measures on the rank; `communication_bound` net of waiting when the ranks'
-    collectives match."""
-    if waits is None or "communication_bound" not in r.shares:
-        return r.shares
-    return {**r.shares, "communication_bound": _transfer_pct(r, waits[r.rank])[0]}
-
-
 def job_findings(
     ranks: list[RankAnalysis], hosts: dict[int | None, str | None], s: BottleneckSettings
 ) -> list[Finding]:
@@ -867,11 +873,17 @@ def job_findings(
     gpu_ranks = [r for r in ranks if r.has_gpu and r.steps]
     waits = collective_waits(gpu_ranks)
     by_kind: dict[str, list[Finding]] = {}
+    shares: list[dict[str, float]] = []  # per rank; communication_bound net of waiting when matched
     for r in gpu_ranks:
-        found = r.findings if waits is None else _communication_without_waiting(r, waits[r.rank], s)
+        found, measured = r.findings, r.shares
+        if waits is not None:
+            transfer = _transfer_pct(r, waits[r.rank])
+            found = _communication_without_waiting(r, transfer, s)
+            if "communication_bound" in measured:
+                measured = {**measured, "communication_bound": transfer[0]}
+        shares.append(measured)
         for f in found:
             by_kind.setdefault(f.kind, []).append(f)
-    shares = [_rank_shares(r, waits) for r in gpu_ranks]
     out = []
     for kind, found in by_kind.items():
         worst = max(found, key=lambda f: f.share_pct)
