@@ -24,6 +24,14 @@ _DELTA_CONF = {
 _QUIET_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # With the UI off nothing reads Spark's status store, yet it keeps the last 1,000 SQL executions (plan
+    # text, metrics), jobs and stages and 100,000 tasks: in a long-lived process (`serve`, `sql-server`, the
+    # test session) ~40 MB of heap per ingest + build of a small month, until G1 spends its time marking a
+    # full heap. Set these back (spark.conf) with spark.ui.enabled.
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.retainedJobs": "20",
+    "spark.ui.retainedStages": "20",
+    "spark.ui.retainedTasks": "1000",
     "spark.sql.session.timeZone": "UTC",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.adaptive.enabled": "true",
