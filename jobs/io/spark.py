@@ -26,7 +26,7 @@ _QUIET_CONF = {
     "spark.ui.showConsoleProgress": "false",
     # With the UI off nothing reads Spark's status store, yet it keeps the last 1,000 SQL executions (plan
     # text, metrics), jobs and stages and 100,000 tasks: in a long-lived process (`serve`, `sql-server`, the
-    # test session) ~40 MB of heap per ingest + build of a small month, until G1 spends its time marking a
+    # test session) ~35 MB of heap per ingest + build of a small month, until G1 spends its time marking a
     # full heap. Set these back (spark.conf) with spark.ui.enabled.
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "20",
