@@ -364,7 +364,7 @@ def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float
     return float(cost.sum()), weight[np.clip(span, 0, None)]
 
 
-def _launch_wait(ev: pd.DataFrame, line: _Timeline) -> float:
+def _launch_wait(line: _Timeline) -> float:
     """The GPU idle (µs, in the steps) spent waiting for the host to launch its next op while the host was
     dispatching ops: idle that ends with an op launched after the GPU ran dry (HTA's host wait), covered by
     the host's operator calls that launch GPU work, less the syncs, the DataLoader and the calls that wait
@@ -372,6 +372,7 @@ def _launch_wait(ev: pd.DataFrame, line: _Timeline) -> float:
     work (a CPU tensor's init, a collate), and the host's own Python between ops, its work on a fetched
     value, a DataLoader fetch or a sync are not launch overhead: faster launches (fusion, CUDA graphs) give
     back only the dispatch."""
+    ev = line.ev
     idle = subtract(line.window, line.busy)
     first = line.first_launch
     if not idle.size or first.empty:
@@ -534,7 +535,7 @@ def _rank_findings(
         short_pct = 100.0 * float(short.mean())
         # The GPU starved by the host: its idle, waiting for the next launch, while the host dispatched ops
         # (`_launch_wait`) — what launching faster (fusion, CUDA graphs) gives back.
-        waiting = 100.0 * _launch_wait(ev, line) / step_total if step_total > 0 else 0.0
+        waiting = 100.0 * _launch_wait(line) / step_total if step_total > 0 else 0.0
         starved = waiting >= s.launch_wait_pct
         if (pct["runtime"] >= s.launch_runtime_pct or starved) and short_pct >= s.launch_short_kernel_pct:
             launches = _in_steps(ev[ev["cat"].isin(RUNTIME_CATS) & ev["name"].str.contains("Launch")], steps)
