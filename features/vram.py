@@ -36,6 +36,8 @@ CUDA_CONTEXT_BYTES = 723 * MIB
 ALLOCATOR_RESERVE_FRAC = 0.05
 # Prompt length assumed for inference when the workload does not state one (an assumption, not fitted).
 INFERENCE_PROMPT_TOKENS = 128
+# LitGPT's finetune_lora default when a config does not set `lora_dropout` (litgpt/finetune/lora.py).
+LITGPT_LORA_DROPOUT = 0.05
 # The margin `recommend` adds to a code-only estimate (no history to calibrate against).
 CODE_ONLY_MARGIN = 0.15
 
@@ -88,7 +90,7 @@ class Fitted:
     transformer blocks' weights are live in 16-bit at once while 4/8-bit weights are dequantised."""
 
     act_scale: float = 0.8
-    quant_act_scale: float = 1.7
+    quant_act_scale: float = 1.6
     dequant_blocks: float = 0.5
 
 
@@ -208,6 +210,7 @@ class Workload:
     method: str | None = None
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] = ("query", "value")
+    lora_dropout: float | None = None
     quantization: str | None = None
     precision: str | None = None
     micro_batch: int | None = None
@@ -296,6 +299,23 @@ def _layer_act_elements(arch: Architecture) -> float:
     return 7 * arch.n_embd + 4 * arch.q_dim + 3 * arch.kv_dim + mlp
 
 
+def _lora_branch_elements(arch: Architecture, targets: tuple[str, ...]) -> tuple[float, float]:
+    """Per token: elements of the inputs of one block's LoRA-adapted linears, and of the head's. With
+    dropout on the LoRA branch (LitGPT's `LoRALinear`: `lora_dropout(x) @ A.T @ B.T`; PEFT's alike),
+    autograd keeps each adapted linear's dropped-out input and its mask beside the frozen layer's tensors:
+    the fused q/k/v linear reads the block's input, the projection the attention output, the MLP's
+    linears the block's input (fc_1, fc_2) and the intermediate (proj)."""
+    h, i = arch.n_embd, arch.intermediate_size
+    per_layer = 0.0
+    if {"query", "key", "value"} & set(targets):
+        per_layer += h
+    if "projection" in targets:
+        per_layer += arch.q_dim
+    if "mlp" in targets:
+        per_layer += (2 if arch.mlp == "llama" else 1) * h + i
+    return per_layer, (h if "head" in targets else 0.0)
+
+
 def estimate(w: Workload, fitted: Fitted = FITTED) -> Estimate | None:
     """The per-GPU peak of a workload, or None when neither an architecture nor a size is known."""
     arch = (w.model and find_architecture(w.model)) or None
@@ -365,6 +385,12 @@ def estimate(w: Workload, fitted: Fitted = FITTED) -> Estimate | None:
         # The loss: 16-bit logits, the fp32 log-softmax output cross-entropy keeps, and the logits'
         # gradient when backward starts (LitGPT's chunked_cross_entropy; every layer's tensors still live).
         logits = arch.padded_vocab_size * (2 * ab + 4)
+        if method in ("lora", "qlora"):
+            dropout = float(pick("lora_dropout", w.lora_dropout, LITGPT_LORA_DROPOUT))  # type: ignore[arg-type]
+            if dropout > 0:  # the dropped-out copy (activation dtype) and its mask (1 byte) per element
+                branch_layer, branch_head = _lora_branch_elements(arch, w.lora_targets)
+                per_token_layer += branch_layer * (ab + 1)
+                logits += branch_head * (ab + 1)
         # With checkpointing: every block's input plus one block's tensors (recomputed in backward).
         full = arch.n_layer * per_token_layer
         layers = arch.n_layer * arch.n_embd * ab + per_token_layer if ckpt else full

@@ -334,6 +334,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "precision": ("precision", "mixed_precision", "torch_dtype", "dtype", "bnb_4bit_compute_dtype"),
     "quantization": ("quantize", "quantization", "bnb_4bit_quant_type"),
     "lora_rank": ("lora_r", "lora_rank", "lora.r"),
+    "lora_dropout": ("lora_dropout", "lora.dropout"),
     "gradient_checkpointing": (
         "gradient_checkpointing",
         "activation_checkpointing",
@@ -375,6 +376,17 @@ def _int(value: object) -> int | None:
     except (TypeError, ValueError):
         return None
     return number if number > 0 else None
+
+
+def _fraction(value: object) -> float | None:
+    """A probability in [0, 1) (a dropout rate), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if 0.0 <= number < 1.0 else None
 
 
 def _truthy(value: object) -> bool | None:
@@ -647,6 +659,7 @@ def _features(
         method=method,
         lora_rank=_int(get("lora_rank")),
         lora_targets=_lora_targets(values) or ("query", "value"),
+        lora_dropout=_fraction(get("lora_dropout")),
         quantization=quant,
         precision=precision,
         micro_batch=_int(micro),

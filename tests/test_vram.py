@@ -4,6 +4,7 @@ the held-out half only; the shipped constants are re-derived from the developmen
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,35 @@ def test_terms_follow_the_method_precision_and_sharding() -> None:
     assert longer.terms["activations"] == pytest.approx(4 * full.terms["activations"])  # type: ignore[union-attr]
     assert estimate(Workload(model="unknown-net")) is None
     assert estimate(Workload(model="unknown-net-7b", params=7e9)) is not None
+
+
+def test_lora_dropout_keeps_a_copy_of_every_adapted_input(data: tuple[list, dict]) -> None:
+    """LitGPT's LoRALinear runs `lora_dropout(x) @ A.T @ B.T`: with dropout > 0 autograd keeps the dropped
+    copy (bf16) and its mask (1 byte) of each adapted linear's input, per token."""
+    arch = find_architecture("gemma-7b")
+    assert arch is not None
+    targets = ("query", "key", "value", "projection", "mlp", "head")
+    base = Workload(
+        model="google/gemma-7b",
+        method="lora",
+        lora_targets=targets,
+        precision="bf16-true",
+        micro_batch=1,
+        seq_len=512,
+        lora_dropout=0.0,
+    )
+    none, some = estimate(base), estimate(replace(base, lora_dropout=0.1))
+    assert none and some and "lora_dropout" not in some.assumed
+    per_token = (
+        arch.n_layer * (arch.n_embd + arch.q_dim + 2 * arch.n_embd + arch.intermediate_size) + arch.n_embd
+    )
+    expected = FITTED.act_scale * 512 * per_token * 3
+    assert some.terms["activations"] - none.terms["activations"] == pytest.approx(expected)
+    assert estimate(replace(base, lora_dropout=None)).assumed["lora_dropout"] == 0.05  # type: ignore[union-attr]
+    # On the development half, the gemma-7b LoRA rows that ran out of memory on an A10G are said not to fit.
+    rows, configs = data
+    by_id = {s.row_id: s for s in score([r for r in rows if r["id"] in ("r113", "r114")], configs)}
+    assert by_id["r113"].fits is False and by_id["r114"].fits is False
 
 
 def test_code_only_vram_target_names_the_cheapest_card_that_holds_it() -> None:
