@@ -161,8 +161,8 @@ def test_spark_verdicts_are_great_expectations_verdicts(spark) -> None:
     bronze = bronze_of(spark, {"checks": CHECKS}, cluster="checks")
     layout = sacct.detect_layout(CHECKS, None)
     parsed = parse_files(bronze, {bronze.first()["file_sha256"]: layout}).persist()
-    steps = sacct.filter_latest(sacct.with_steps(parsed), schemas.SILVER_JOB_STEPS)[0].persist()
-    jobs = sacct.filter_latest(sacct.with_jobs(parsed, steps), schemas.SILVER_JOBS)[0].persist()
+    steps = sacct.filter_latest(sacct.with_steps(parsed), schemas.SILVER_JOB_STEPS).persist()
+    jobs = sacct.filter_latest(sacct.with_jobs(parsed, steps), schemas.SILVER_JOBS).persist()
     for spec, frame in ((schemas.SILVER_JOB_STEPS, steps), (schemas.SILVER_JOBS, jobs)):
         by_gx, by_spark = validate(frame, spec.name, "sacct"), validate_in_spark(frame, spec.name, "sacct")
         assert (by_spark.rows, by_spark.rejected, by_spark.failures) == (

@@ -215,8 +215,8 @@ def fixtures_gold(spark: SparkSession, real_data: Path) -> tuple[dict, dict]:
         for order, (name, (fmt, _)) in enumerate(files.items())
     }
     parsed = parse_files(bronze_of(spark, {n: lines for n, (_, lines) in files.items()}), layouts)
-    steps, _ = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)
-    jobs, _ = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS)
+    steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)
+    jobs = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS)
     jobs = jobs.withColumns(
         {"start_ts": F.lit(T0), "end_ts": F.lit(T0) + F.make_interval(secs=F.col("elapsed_s"))}
     ).cache()

@@ -95,8 +95,8 @@ def real(spark: SparkSession, real_data: Path) -> tuple[dict, dict]:
     }
     bronze = bronze_of(spark, {name: lines for name, (_, lines) in groups.items()})
     parsed = parse_files(bronze, layouts).persist()
-    steps, _ = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)
-    jobs, _ = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS)
+    steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)
+    jobs = sacct.filter_latest(sacct.with_jobs(parsed, steps), SILVER_JOBS)
     lines = {(r["source_file"], r["line_no"]): r.asDict() for r in parsed.collect()}
     job_rows = {(r["cluster"], r["job_id"]): r.asDict() for r in sacct.with_efficiency_pct(jobs).collect()}
     parsed.unpersist()

@@ -532,18 +532,14 @@ def with_efficiency_pct(jobs: DataFrame) -> DataFrame:
 # ---- which record of a key wins ---------------------------------------------------------------------
 
 
-def filter_latest(rows: DataFrame, spec: TableSpec) -> tuple[DataFrame, DataFrame]:
-    """(the newest row per key, the rows it supersedes) within one batch, by the table's newer-wins rule
-    (`spec.newer`); between records of one run, the later file on the command line and the later line."""
+def filter_latest(rows: DataFrame, spec: TableSpec) -> DataFrame:
+    """The newest row per key within one batch, by the table's newer-wins rule (`spec.newer`); between
+    records of one run, the later file on the command line and the later line."""
     assert spec.newer is not None, f"{spec.name} declares no newer-wins rule"
     order = Window.partitionBy(*spec.key).orderBy(
         *spec.newer.newest_first(), F.col("file_order").desc(), F.col("line_no").desc()
     )
-    ranked = rows.withColumn("_rank", F.row_number().over(order))
-    return (
-        ranked.where(F.col("_rank") == 1).drop("_rank"),
-        ranked.where(F.col("_rank") > 1).drop("_rank"),
-    )
+    return rows.withColumn("_rank", F.row_number().over(order)).where(F.col("_rank") == 1).drop("_rank")
 
 
 def content_hash(df: DataFrame, columns: list[str]) -> Column:

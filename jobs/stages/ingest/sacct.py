@@ -220,14 +220,14 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
     clock.lap("parse")
 
     ctx.progress("validating")
-    steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)[0]
+    steps = sacct.filter_latest(sacct.with_steps(parsed), SILVER_JOB_STEPS)
     steps = steps.persist(StorageLevel.MEMORY_AND_DISK)
     n_steps = steps.count()
     clock.lap("dedup")
     checked_steps = _validate(steps, n_steps, SILVER_JOB_STEPS.name)
     clock.lap("validate")
     # A job's peaks come from its steps that passed validation (a rejected step's values are not trusted).
-    jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS)[0]
+    jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS)
     if table_exists(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name):  # scripts ingested before the jobs
         links = read_table(ctx.spark, ctx.settings, SILVER_JOB_SCRIPTS.name)
         jobs = with_script_hash(jobs, links.where(F.col("cluster") == cluster))
