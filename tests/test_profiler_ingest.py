@@ -70,7 +70,8 @@ def test_per_rank_folder_with_job_then_reingest_adds_nothing(
         }
         assert set(rank["gpu_pct"]) == {"idle", "compute", "non_compute"}
     kinds = {f["kind"] for f in d["findings"]}
-    assert "communication_bound" in kinds
+    # Their exposed NCCL time hides behind a host that never blocks on the device (tests/test_profiler.py).
+    assert "low_occupancy" in kinds and "communication_bound" not in kinds
     for f in d["findings"]:
         assert set(f) == {
             "kind",

@@ -107,6 +107,10 @@ class RankAnalysis:
     # The share of step time each share-judged kind (`SHARE_GATES`) measures on the rank, found or not: a
     # job's finding is judged on their mean over its ranks (`job_findings`).
     shares: dict[str, float] = field(default_factory=dict)
+    # Of the first step, how long the GPU still ran work launched before it (`carried_over_us`).
+    carried_us: float = 0.0
+    # The host's own time over the steps, not blocked on the device (`host_floor_us`); None without marks.
+    host_floor_us: float | None = None
 
 
 def parse_frame(text: str) -> Frame | None:
@@ -247,12 +251,53 @@ def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]], line: _Ti
     a, b = comm["ts_us"].to_numpy(dtype=float), comm["end_us"].to_numpy(dtype=float)
     exposed = (b - a) - _covered(comp_r, a, b)
     step = _step_of(a, steps)
+    launch = (
+        comm[["correlation"]]
+        .merge(
+            line.launched[["correlation", "launch_ts"]].drop_duplicates("correlation"),
+            on="correlation",
+            how="left",
+        )["launch_ts"]
+        .to_numpy(dtype=float)
+    )
+    if steps and not np.isnan(launch).all():
+        # A collective launched before the first recorded step belongs to none: the profiler's warm-up step
+        # launched it (its launch is not in the trace when recording began after it), and its GPU work may
+        # still run when the first step starts.
+        step = np.where(np.isnan(launch) | (launch < steps[0][0]), -1, step)
     waited = line.waited
     held = exposed if waited is None else np.where(_within(waited, b), exposed, 0.0)
     return [
         Collective(float(d), float(x), int(i), float(h))
         for d, x, i, h in zip(b - a, exposed, step, held, strict=True)
     ]
+
+
+def carried_over_us(ev: pd.DataFrame, steps: list[tuple[float, float]], line: _Timeline) -> float:
+    """How long, from the first step's start, the GPU still ran work launched before it (the profiler's
+    warm-up step; a launch missing from the trace happened before recording began). The steady step is
+    GPU end to GPU end: the steps' total less this is what a cause's saving is a share of."""
+    launched = line.launched
+    if not steps or launched.empty:
+        return 0.0
+    first = steps[0][0]
+    gpu = ev[ev["is_gpu"] & ev["correlation"].notna() & (ev["end_us"] > first)]
+    early = gpu["correlation"].isin(set(launched.loc[launched["launch_ts"] < first, "correlation"]))
+    unrecorded = ~gpu["correlation"].isin(set(launched["correlation"]))
+    ends = gpu.loc[early | unrecorded, "end_us"]
+    return float(min(ends.max(), steps[0][1]) - first) if len(ends) else 0.0
+
+
+def host_floor_us(ev: pd.DataFrame, steps: list[tuple[float, float]], line: _Timeline) -> float | None:
+    """The host's own time over the steps: the ProfilerStep spans less the time the host sat blocked on the
+    device in them (`line.blocking`). An eager loop's step is never shorter than what its host needs to issue
+    it (load the batch, run the Python, launch the ops), so GPU time a fix removes comes back only down to
+    that floor. None when the steps are not the profiler's marks."""
+    marks = ev[ev["is_step"]].sort_values("ts_us", kind="stable").head(len(steps))
+    if not steps or len(marks) < len(steps):
+        return None
+    spans = merge(marks["ts_us"].to_numpy(dtype=float), marks["end_us"].to_numpy(dtype=float))
+    return total(spans) - (total(intersect(spans, line.blocking)) if line.blocking.size else 0.0)
 
 
 def _within(ranges: Ranges, ts: np.ndarray) -> np.ndarray:
@@ -484,6 +529,8 @@ def analyze_rank(
         notes=notes,
         collectives=collectives_of(ev, steps.ranges, line) if line is not None else [],
         shares=shares,
+        carried_us=carried_over_us(ev, steps.ranges, line) if line is not None else 0.0,
+        host_floor_us=host_floor_us(ev, steps.ranges, line) if line is not None else None,
     )
 
 
@@ -773,13 +820,18 @@ def _waiting(r: RankAnalysis, waits: list[float], in_steps: bool = False) -> flo
 
 def _transfer_pct(r: RankAnalysis, waits: list[float]) -> tuple[float, float]:
     """The rank's exposed NCCL time less the time its kernels waited for the other ranks, and that wait, as
-    % of its step time (over the collectives that start in the steps)."""
-    step_total = r.mean_step_us * r.steps
+    % of its steady step time (over the collectives launched in the steps; the steps' total less the
+    warm-up's GPU work carried into the first, `carried_us`). The transfer is at most the steps' time above
+    the host's own (`host_floor_us`): without the transfer, a host-paced step is still the host's."""
+    step_total = r.mean_step_us * r.steps - r.carried_us
     if step_total <= 0:
         return 0.0, 0.0
     exposed = sum(c.exposed_us for c in r.collectives if c.step >= 0)
     waited = _waiting(r, waits, in_steps=True)  # an unmatched last collective counts as transfer
-    return 100.0 * (exposed - waited) / step_total, 100.0 * waited / step_total
+    transfer = exposed - waited
+    if r.host_floor_us is not None:  # no shorter than the host's own time per step
+        transfer = min(transfer, max(step_total - r.host_floor_us, 0.0))
+    return 100.0 * transfer / step_total, 100.0 * waited / step_total
 
 
 def _communication_without_waiting(
