@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import csv
 import gzip
+import io
+import json
 import random
 from pathlib import Path
 
@@ -16,7 +18,15 @@ import pytest
 
 from conf import load_settings
 from jobs.simulator import kineto, simulate
-from pipelines.silver.profiler import EventTally, Reject, job_id_in_path, read_trace_events, read_trace_meta
+from pipelines.gold.bottlenecks.analyze import _transfer_pct, analyze_rank, collective_waits
+from pipelines.silver.profiler import (
+    EVENT_COLUMNS,
+    EventTally,
+    Reject,
+    job_id_in_path,
+    read_trace_events,
+    read_trace_meta,
+)
 from tests.profiler_sim import simulate_and_score
 
 SETTINGS = load_settings({}).bottlenecks
@@ -161,12 +171,6 @@ def test_the_warm_up_steps_collectives_are_no_recorded_steps() -> None:
     step starts (its launch is not in the trace). It belongs to no step, the first step's share of it is
     taken off the steps' time, and the transfer then reads what removing it saves (seed 13, job 19 of
     the bench's draw: 8 ranks, DDP buckets after the backward, 15 % of the step not overlapped)."""
-    import io
-    import json
-
-    from pipelines.gold.bottlenecks.analyze import _transfer_pct, analyze_rank, collective_waits
-    from pipelines.silver.profiler import EVENT_COLUMNS
-
     rng = random.Random(13)
     facts = [kineto.draw_facts(rng, i) for i in range(20)][19]
     model = kineto.draw_model(facts, 13 * 100_003 + 19)

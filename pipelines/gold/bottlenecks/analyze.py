@@ -251,15 +251,7 @@ def collectives_of(ev: pd.DataFrame, steps: list[tuple[float, float]], line: _Ti
     a, b = comm["ts_us"].to_numpy(dtype=float), comm["end_us"].to_numpy(dtype=float)
     exposed = (b - a) - _covered(comp_r, a, b)
     step = _step_of(a, steps)
-    launch = (
-        comm[["correlation"]]
-        .merge(
-            line.launched[["correlation", "launch_ts"]].drop_duplicates("correlation"),
-            on="correlation",
-            how="left",
-        )["launch_ts"]
-        .to_numpy(dtype=float)
-    )
+    launch = comm["correlation"].map(line.launch_of).to_numpy(dtype=float)
     if steps and not np.isnan(launch).all():
         # A collective launched before the first recorded step belongs to none: the profiler's warm-up step
         # launched it (its launch is not in the trace when recording began after it), and its GPU work may
@@ -277,14 +269,12 @@ def carried_over_us(ev: pd.DataFrame, steps: list[tuple[float, float]], line: _T
     """How long, from the first step's start, the GPU still ran work launched before it (the profiler's
     warm-up step; a launch missing from the trace happened before recording began). The steady step is
     GPU end to GPU end: the steps' total less this is what a cause's saving is a share of."""
-    launched = line.launched
-    if not steps or launched.empty:
+    if not steps or line.launched.empty:
         return 0.0
     first = steps[0][0]
     gpu = ev[ev["is_gpu"] & ev["correlation"].notna() & (ev["end_us"] > first)]
-    early = gpu["correlation"].isin(set(launched.loc[launched["launch_ts"] < first, "correlation"]))
-    unrecorded = ~gpu["correlation"].isin(set(launched["correlation"]))
-    ends = gpu.loc[early | unrecorded, "end_us"]
+    launch = gpu["correlation"].map(line.launch_of)
+    ends = gpu.loc[launch.isna() | (launch < first), "end_us"]  # unrecorded: before recording began
     return float(min(ends.max(), steps[0][1]) - first) if len(ends) else 0.0
 
 
@@ -324,6 +314,11 @@ class _Timeline:
         """The GPU ops joined to the host call that launched each (`launch_ts`, by correlation)."""
         ev = self.ev
         return with_launch_ts(ev, ev[ev["is_gpu"] & ev["correlation"].notna()])
+
+    @cached_property
+    def launch_of(self) -> pd.Series:
+        """Per correlation id, when the host call that launched that GPU op started (`launched`)."""
+        return self.launched.drop_duplicates("correlation").set_index("correlation")["launch_ts"]
 
     @cached_property
     def first_launch(self) -> pd.Series:
