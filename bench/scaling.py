@@ -4,6 +4,9 @@ of simulated month, the growth fitted per stage, and a projection to a 10M-job, 
     .venv/bin/python bench/scaling.py                           # 10k, 100k and 1M jobs (hours on 2 cores)
     .venv/bin/python bench/scaling.py --sizes 10000,30000,100000
     .venv/bin/python bench/scaling.py --sizes 2000,5000 --dcgm-interval 600 --json out.json
+    # a size too long for one sitting: resumable, each sitting with its own same-day baseline
+    .venv/bin/python bench/scaling.py --sizes 1000000 --workdir DIR --json DIR/s.json --reference 10000 \
+        --budget 150
 
 Each stage runs as a fresh `jobfit` process (Spark start-up included, as the daily DAG runs it) with the
 default settings (driver memory, shuffle partitions) unless JOBFIT_* variables say otherwise; its seconds
@@ -18,6 +21,16 @@ run and as the DAGs schedule it (ingests a day's drop, build the month, train mo
 the Python driver's peak RSS. Parts that grow faster than linearly (shuffles, MERGEs into larger tables)
 would add to it: read it as the order of magnitude. `--from-json` re-prints an earlier run's figures.
 docs/scale.md keeps the figures of a run.
+
+Seconds from different days do not compare: the same code on this machine has run twice as slowly one day
+as another. So every stage records the same stage at a reference size measured in the same sitting (the
+sitting's smallest size, or `--reference N` run fresh first), the table prints each stage's ratio to it,
+and the fit expresses every stage in its earliest reference's day: seconds / own reference × that
+reference. With `--workdir`, simulated months and warehouses are kept there and the `--json` file is
+written after every stage, so a size too long for one sitting is measured stage by stage over several;
+`--budget` does not start a stage predicted (from the sizes measured before, scaled by today's reference)
+to end past it. A stage interrupted midway leaves its warehouse in an unknown state: the bench refuses to
+go on from it and says what to remove.
 """
 
 from __future__ import annotations
@@ -26,8 +39,10 @@ import argparse
 import json
 import math
 import os
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ingest_sacct import load, run_jobfit  # bench/ is on sys.path when a bench runs as a script
@@ -62,37 +77,136 @@ def run_stage(args: list[str], env: dict[str, str]) -> dict:
     }
 
 
-def measure(n_jobs: int, interval_s: int, root: Path) -> dict:
-    """Simulate a month of n_jobs, then ingest every source, build and train it; the figures per stage."""
+def simulated(n_jobs: int, interval_s: int, root: Path) -> tuple[Path, dict]:
+    """The month of n_jobs under root (simulated now, or kept from an earlier sitting of the same workdir):
+    its folder and {"lines", "simulate_s"}."""
     sim = root / f"sim-{n_jobs}"
+    marker = sim / "simulated.json"
+    if marker.is_file():
+        kept = json.loads(marker.read_text())
+        if kept.get("interval_s") == interval_s:
+            return sim, kept
     started = time.perf_counter()
     result = simulate(load_cluster("demo"), MONTH, n_jobs, seed=1, out=sim, dcgm_interval_s=interval_s)
-    simulate_s = time.perf_counter() - started
+    kept = {
+        "lines": result.lines,
+        "simulate_s": round(time.perf_counter() - started, 1),
+        "interval_s": interval_s,
+    }
+    marker.write_text(json.dumps(kept) + "\n")
+    return sim, kept
+
+
+def stage_commands(sim: Path) -> list[tuple[str, list[str]]]:
+    """(stage name, jobfit arguments) in the order the DAG runs them: each source's ingest, build, train."""
+    commands = [
+        (f"ingest {source}", ["ingest", source, str(sim / folder), "--cluster", "demo"])
+        for folder, source in INGEST_ORDER
+        if (sim / folder).is_dir() and any((sim / folder).iterdir())
+    ]
+    commands.append(("build", ["build", "--cluster", "demo", "--month", MONTH]))
+    commands.append(("train", ["train", "--cluster", "demo"]))
+    return commands
+
+
+class Budget:
+    """Whether a stage may start: it must be predicted to end within `minutes` of the bench's start. The
+    prediction is the stage's time at the sizes measured before (c + k · n on their ratios to their own
+    sitting's reference, times this sitting's reference); a stage with no such history always starts."""
+
+    def __init__(self, minutes: float | None, runs: list[dict]) -> None:
+        self.deadline = None if minutes is None else time.perf_counter() + minutes * 60
+        self.runs = runs
+
+    def predicted_s(self, name: str, n: float, reference: dict | None) -> float | None:
+        points = [
+            (
+                float(r["dcgm_lines"] if name == "ingest dcgm" else r["jobs"]),
+                s["seconds"] / s["reference"]["seconds"],
+            )
+            for r in self.runs
+            if (s := r["stages"].get(name)) and "seconds" in s and s.get("reference")
+        ]
+        line = affine([x for x, _ in points], [y for _, y in points])
+        if line is None or reference is None:
+            return None
+        return (line[0] + line[1] * n) * reference["seconds"]
+
+    def allows(self, name: str, n: float, reference: dict | None) -> tuple[bool, float | None]:
+        predicted = self.predicted_s(name, n, reference)
+        if self.deadline is None or predicted is None:
+            return True, predicted
+        return time.perf_counter() + predicted <= self.deadline, predicted
+
+
+def measure(
+    n_jobs: int,
+    interval_s: int,
+    root: Path,
+    run: dict,
+    reference: dict[str, dict] | None,
+    budget: Budget,
+    save: Callable[[], None],
+) -> bool:
+    """Simulate a month of n_jobs (or keep the one under root), then ingest every source, build and train
+    it, filling `run` stage by stage and calling `save` after each; stages `run` already holds (measured in
+    an earlier sitting of the same root) are not run again. `reference` maps each stage to this sitting's
+    figures for it at the reference size; None when this run is the sitting's reference (the smallest
+    size). False when the budget stopped it before its last stage."""
+    sim, kept = simulated(n_jobs, interval_s, root)
+    run.update(
+        jobs=n_jobs,
+        lines=kept["lines"],
+        dcgm_lines=kept["lines"].get("dcgm", 0),
+        simulate_s=kept["simulate_s"],
+    )
+    run.setdefault("stages", {})
     env = {
         **os.environ,
         "JOBFIT_WAREHOUSE": str(root / f"warehouse-{n_jobs}"),
         "JOBFIT_MLFLOW__TRACKING_URI": f"sqlite:///{root / f'mlflow-{n_jobs}.db'}",
     }
-    stages: dict[str, dict] = {}
-    for folder, source in INGEST_ORDER:
-        if (sim / folder).is_dir() and any((sim / folder).iterdir()):
-            stages[f"ingest {source}"] = run_stage(
-                ["ingest", source, str(sim / folder), "--cluster", "demo"], env
+    for name, args in stage_commands(sim):
+        done = run["stages"].get(name)
+        if done and "seconds" in done:
+            continue
+        if done:
+            sys.exit(
+                f"{name} at {n_jobs:,} jobs was started on {done['started']} and never finished: its"
+                f" warehouse is in an unknown state. Remove {root / f'warehouse-{n_jobs}'} and"
+                f" {root / f'mlflow-{n_jobs}.db'} and the {n_jobs}-job entry of the --json file to measure"
+                " that size again."
             )
-    stages["build"] = run_stage(["build", "--cluster", "demo", "--month", MONTH], env)
-    stages["train"] = run_stage(["train", "--cluster", "demo"], env)
-    dcgm = stages.get("ingest dcgm", {}).get("report", {})
-    for stage in stages.values():
-        stage.pop("report")
-    return {
-        "jobs": n_jobs,
-        "lines": result.lines,
-        "dcgm_lines": result.lines.get("dcgm", 0),
-        "dcgm_rows": dcgm.get("inserted", 0),
-        "simulate_s": round(simulate_s, 1),
-        "stages": stages,
-        "load_after": load(),
-    }
+        n = float(run["dcgm_lines"] if name == "ingest dcgm" else n_jobs)
+        ok, predicted = budget.allows(name, n, reference.get(name) if reference else None)
+        if not ok:
+            print(f"{name} at {n_jobs:,} jobs not started: predicted {predicted:.0f} s, past the --budget")
+            return False
+        run["stages"][name] = {"started": time.strftime("%Y-%m-%d %H:%M"), "load_before": load()}
+        save()
+        figures = run_stage(args, env)
+        if name == "ingest dcgm":
+            run["dcgm_rows"] = figures["report"].get("inserted", 0)
+        figures.pop("report")
+        stage = {
+            **figures,
+            "day": time.strftime("%Y-%m-%d"),
+            "load_before": run["stages"][name]["load_before"],
+        }
+        stage["load_after"] = load()
+        stage["reference"] = (
+            reference[name] if reference else {"jobs": n_jobs, **figures, "day": stage["day"]}
+        )
+        run["stages"][name] = stage
+        save()
+        predicted_text = f", predicted {predicted:.0f} s" if predicted is not None else ""
+        print(
+            f"  {n_jobs:,} jobs {name}: {json.dumps(figures)}{predicted_text}; load {stage['load_after']}",
+            flush=True,
+        )
+    run["load_after"] = load()
+    save()
+    return True
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
@@ -120,6 +234,46 @@ def affine(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     return c, k
 
 
+def base_references(runs: list[dict], names: list[str]) -> dict[str, dict]:
+    """Per stage, the earliest day's reference figures, when every run cites one of the same size (the day
+    the fit is expressed in); stages with no or mixed references are left out (fitted on raw seconds)."""
+    base = {}
+    for name in names:
+        refs = [r["stages"][name].get("reference") for r in runs if name in r["stages"]]
+        if refs and all(refs) and len({ref["jobs"] for ref in refs}) == 1:
+            base[name] = min(refs, key=lambda ref: ref["day"])
+    return base
+
+
+def normalised_seconds(stage: dict, base: dict | None) -> float:
+    """A stage's seconds as on its base reference's day: its ratio to its own sitting's reference (same day,
+    same machine) times the base reference's seconds. Sittings on days the machine ran at another speed
+    then fit one curve; without a base, the raw seconds."""
+    if base is None:
+        return stage["seconds"]
+    return stage["seconds"] / stage["reference"]["seconds"] * base["seconds"]
+
+
+def same_day_ratios(runs: list[dict], names: list[str]) -> list[str]:
+    """Each stage's seconds as a multiple of its own sitting's reference (the same stage at the reference
+    size, measured the same day): the growth, free of the machine's speed on the day."""
+    if not any(s.get("reference") for r in runs for s in r["stages"].values()):
+        return []
+    lines = ["", "ratio to the same stage at the reference size, measured in the same sitting (its day):"]
+    for name in names:
+        cells = []
+        for r in runs:
+            s = r["stages"].get(name)
+            ref = s.get("reference") if s else None
+            cells.append(
+                f"{s['seconds'] / ref['seconds']:>6.2f}× {ref['jobs'] // 1000:>3}k {ref['day'][5:]}"
+                if ref
+                else " " * 21
+            )
+        lines.append(f"{name:<20}" + "".join(cells))
+    return lines
+
+
 def report(runs: list[dict]) -> list[str]:
     """The measured table, the fitted growth and the projections, as printed lines."""
     lines = [f"{'stage':<20}" + "".join(f"{r['jobs']:>12,} jobs" for r in runs)]
@@ -134,6 +288,7 @@ def report(runs: list[dict]) -> list[str]:
     lines.append(f"{'total':<20}" + "".join(f"{t:>17.1f} s   " for t in totals))
     lines.append(f"{'DCGM lines':<20}" + "".join(f"{r['dcgm_lines']:>21,}" for r in runs))
     lines.append("(seconds, then peak RSS of the Python driver / its JVM in MiB)")
+    lines.extend(same_day_ratios(runs, names))
     lines.append("")
     lines.extend(GROWTH_HEADER.splitlines())
     lines.append(
@@ -141,11 +296,12 @@ def report(runs: list[dict]) -> list[str]:
         f"{'Py MiB/1M n':>12} {'Py month':>9} {'Py sched.':>10}"
     )
     month_total = daily_total = 0.0
+    base = base_references(runs, names)
     for name in names:
         measured = [r for r in runs if name in r["stages"]]
         by_samples = name == "ingest dcgm"  # its work grows with the DCGM lines, the rest with the jobs
         xs = [float(r["dcgm_lines"] if by_samples else r["jobs"]) for r in measured]
-        seconds = [r["stages"][name]["seconds"] for r in measured]
+        seconds = [normalised_seconds(r["stages"][name], base.get(name)) for r in measured]
         python = [float(r["stages"][name]["python_mib"]) for r in measured]
         power, line, py = fit(xs, seconds), affine(xs, seconds), affine(xs, python)
         if power is None or line is None or py is None:
@@ -167,6 +323,19 @@ def report(runs: list[dict]) -> list[str]:
     return lines
 
 
+def sitting_reference(n_jobs: int, interval_s: int) -> dict[str, dict]:
+    """Every stage at n_jobs, fresh in a temporary folder: this sitting's same-day baseline, per stage."""
+    run: dict = {}
+    with tempfile.TemporaryDirectory(prefix="jobfit-scaling-ref-") as tmp:
+        measure(n_jobs, interval_s, Path(tmp), run, None, Budget(None, []), lambda: None)
+    return baseline(run)
+
+
+def baseline(run: dict) -> dict[str, dict]:
+    """A run measured as its sitting's reference: each stage's figures, as the other sizes cite them."""
+    return {name: stage["reference"] for name, stage in run["stages"].items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000", help="jobs per month, comma-separated")
@@ -176,6 +345,26 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the runs' figures here")
     parser.add_argument(
         "--from-json", metavar="FILE", help="print the table, fits and projections of an earlier run's --json"
+    )
+    parser.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="keep each size's simulated month and warehouse here, and resume: with --json FILE, the stages"
+        " FILE already holds are not run again (default: a temporary folder, removed at the end)",
+    )
+    parser.add_argument(
+        "--reference",
+        type=int,
+        metavar="N",
+        help="first run every stage at N jobs in a fresh folder: this sitting's same-day baseline for the"
+        " stages it measures (default: the smallest of --sizes, which must then be measured in this sitting)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        metavar="MINUTES",
+        help="do not start a stage predicted to end later than this many minutes after the start; stop there,"
+        " keeping what was measured (resume with --workdir)",
     )
     args = parser.parse_args()
     if args.from_json:
@@ -192,18 +381,48 @@ def main() -> None:
         parser.error(f"--sizes: not a comma-separated list of integers: {args.sizes!r}")
     if not sizes or min(sizes) < 100:
         parser.error("--sizes: at least one size, each of 100 jobs or more")
+    if args.reference is not None and args.reference < 100:
+        parser.error("--reference: 100 jobs or more")
+    if args.workdir and not args.json:
+        parser.error("--workdir resumes from the --json file: give --json FILE too")
+    runs: list[dict] = []
+    if args.workdir and args.json and Path(args.json).is_file():
+        try:
+            runs = json.loads(Path(args.json).read_text())
+        except ValueError as err:
+            parser.error(f"--json: {args.json} holds no earlier run's figures: {err}")
+    by_size = {r["jobs"]: r for r in runs}
+    if args.reference is None and args.workdir and sizes[0] in by_size:
+        parser.error(
+            f"--reference: {sizes[0]:,} jobs were measured in an earlier sitting, so they are no same-day"
+            " baseline for this one; name a size to run fresh first (e.g. --reference 10000)"
+        )
+
+    def save() -> None:
+        if args.json:  # after every stage, so a long run that fails later keeps what it measured
+            Path(args.json).write_text(json.dumps(sorted(runs, key=lambda r: r["jobs"]), indent=1) + "\n")
+
+    budget = Budget(args.budget, runs)
     print(f"sizes {sizes}, DCGM every {args.dcgm_interval} s; load average {load()}", flush=True)
-    runs = []
+    reference = None
+    if args.reference is not None:
+        reference = sitting_reference(args.reference, args.dcgm_interval)
+        print(f"reference, {args.reference:,} jobs: {json.dumps(reference)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="jobfit-scaling-") as tmp:
+        root = Path(args.workdir) if args.workdir else Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         for n in sizes:
-            run = measure(n, args.dcgm_interval, Path(tmp))
-            runs.append(run)
-            print(
-                f"{n:,} jobs done: {json.dumps(run['stages'])}; load average {run['load_after']}", flush=True
-            )
-            if args.json:  # after every size, so a long run that fails later keeps what it measured
-                Path(args.json).write_text(json.dumps(runs, indent=1) + "\n")
-    for line in report(runs):
+            run = by_size.get(n)
+            if run is None:
+                run = by_size[n] = {}
+                runs.append(run)
+            finished = measure(n, args.dcgm_interval, root, run, reference, budget, save)
+            if reference is None:  # the sitting's first (smallest) size is the others' baseline
+                reference = baseline(run)
+            if not finished:
+                break
+            print(f"{n:,} jobs done; load average {run['load_after']}", flush=True)
+    for line in report([r for r in runs if all("seconds" in s for s in r.get("stages", {}).values())]):
         print(line)
 
 
