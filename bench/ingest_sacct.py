@@ -186,7 +186,12 @@ def run_jobfit(args: list[str], env: dict[str, str]) -> tuple[float, dict, PeakR
         sys.exit(
             f"jobfit {' '.join(args)} failed ({proc.returncode}):\n{cause[:3000]}\n{err.strip()[-1500:]}"
         )
-    return elapsed, json.loads(out) if out.strip() else {}, rss
+    try:
+        report = json.loads(out) if out.strip() else {}
+    except ValueError:  # a --json that is not JSON is jobfit's bug; the run's figures still stand
+        print(f"jobfit {' '.join(args)}: --json printed no JSON; its first 2000 characters:\n{out[:2000]}")
+        report = {}
+    return elapsed, report, rss
 
 
 def time_jobfit(path: Path, warehouse: Path) -> tuple[float, dict, PeakRss]:

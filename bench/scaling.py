@@ -406,7 +406,16 @@ def main() -> None:
     print(f"sizes {sizes}, DCGM every {args.dcgm_interval} s; load average {load()}", flush=True)
     reference = None
     if args.reference is not None:
-        reference = sitting_reference(args.reference, args.dcgm_interval)
+        # Kept beside --json for the day: a sitting restarted the same day reuses its reference.
+        kept = (
+            Path(f"{args.json}.reference-{args.reference}-{time.strftime('%Y-%m-%d')}") if args.json else None
+        )
+        if kept is not None and kept.is_file():
+            reference = json.loads(kept.read_text())
+        else:
+            reference = sitting_reference(args.reference, args.dcgm_interval)
+            if kept is not None:
+                kept.write_text(json.dumps(reference) + "\n")
         print(f"reference, {args.reference:,} jobs: {json.dumps(reference)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="jobfit-scaling-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
