@@ -193,6 +193,9 @@ def measure(
             "day": time.strftime("%Y-%m-%d"),
             "load_before": run["stages"][name]["load_before"],
         }
+        settings = {k: v for k, v in os.environ.items() if k.startswith("JOBFIT_")}
+        if settings:  # what the run changed from the defaults (the reference may have run without)
+            stage["settings"] = settings
         stage["load_after"] = load()
         stage["reference"] = (
             reference[name] if reference else {"jobs": n_jobs, **figures, "day": stage["day"]}
