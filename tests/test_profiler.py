@@ -400,6 +400,22 @@ def test_the_sync_ending_each_step_costs_the_idle_before_the_next_step_even_the_
     assert cost == pytest.approx(600.0) and len(weight) == 3
 
 
+def test_the_hosts_work_on_a_fetched_value_is_the_syncs_cost_not_its_lead() -> None:
+    # A host-bound layer loop: the GPU has run dry when each `.item()` starts (no lead to lose), then the
+    # host works 200 µs on the value in its own Python (no operator) before launching the next layer's op.
+    # That idle is the sync's: the work needs the value and fetching it less often removes both. The idle
+    # after the host's next operator starts (its dispatch) is not.
+    starts = np.array([0.0, 400.0, 800.0])
+    busy = np.column_stack([starts + 30.0, starts + 100.0])
+    sync = pd.DataFrame({"ts_us": starts + 100.0, "end_us": starts + 110.0})
+    window = merge(np.array([0.0]), np.array([1_200.0]))
+    host_ops = np.sort(np.concatenate([starts, starts + 310.0]))  # each layer's op, then a CPU-side op
+    without, _ = _sync_stall(sync, busy, window)
+    cost, weight = _sync_stall(sync, busy, window, host_ops)
+    assert without == pytest.approx(3 * 10.0)  # the idle inside the calls; no lead was lost
+    assert cost == pytest.approx(without + 3 * 200.0) and len(weight) == 3
+
+
 def test_a_rank_analysis_survives_the_json_the_spark_stage_ships() -> None:
     # jobs/stages/bottlenecks.py analyses each trace in applyInPandas and sends it back as JSON: the findings'
     # frames and the collectives must come back as the types the job rules read.

@@ -359,7 +359,9 @@ def _timeline(ev: pd.DataFrame, steps: list[tuple[float, float]]) -> _Timeline:
     return _Timeline(ev, sync, window, busy)
 
 
-def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float, np.ndarray]:
+def _sync_stall(
+    sync: pd.DataFrame, busy: Ranges, window: Ranges, host_ops: np.ndarray | None = None
+) -> tuple[float, np.ndarray]:
     """What the synchronising calls cost the GPU (µs), and per sync row its weight for the line; `busy` is
     the rank's GPU work (kernels, copies, memsets on any stream), `window` its steps.
 
@@ -375,6 +377,11 @@ def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float
     only the idle before that start. The recorded steps are a sample of a loop that repeats: the idle from
     the window's start to the first span follows the last span (the sync that ended the step before the
     window, which the trace does not hold, is the last one's twin), so it is the last span's gap too.
+
+    And the host's work on what it fetched: GPU idle from the call's return to the host's next operator
+    (`host_ops`, sorted starts of its operators, annotations and runtime calls), the host in its own Python
+    with the value, is the call's whole: work that needs the value cannot start before the call returns,
+    and fetching it less often (the fix) removes both. It is charged before the lead, which it leaves whole.
     """
     idle = subtract(window, busy)
     if not idle.size or not busy.size:
@@ -383,9 +390,15 @@ def _sync_stall(sync: pd.DataFrame, busy: Ranges, window: Ranges) -> tuple[float
     until = np.append(blocking[1:, 0], max(window[-1, 1], blocking[-1, 1]))
     leads = _covered(busy, blocking[:, 0], blocking[:, 1])
     idles = _covered(idle, blocking[:, 1], until)
-    idles[-1] += float(_covered(idle, window[:1, 0], np.maximum(window[:1, 0], blocking[:1, 0]))[0])
     inside = _covered(idle, blocking[:, 0], blocking[:, 1])
     cost = inside.copy()
+    if host_ops is not None and host_ops.size:
+        k = np.searchsorted(host_ops, blocking[:, 1], side="left")
+        resumes = np.minimum(np.append(host_ops, np.inf)[k], until)
+        own = _covered(idle, blocking[:, 1], np.maximum(blocking[:, 1], resumes))
+        cost += own
+        idles -= own
+    idles[-1] += float(_covered(idle, window[:1, 0], np.maximum(window[:1, 0], blocking[:1, 0]))[0])
     owed: deque[list[float]] = deque()  # [span, lead left], oldest first
     for i, (lead, gap) in enumerate(zip(leads.tolist(), idles.tolist(), strict=True)):
         if lead > 0:
@@ -566,7 +579,11 @@ def _rank_findings(
     sync, window, busy = line.sync, line.window, line.busy
     # What a sync costs is the GPU idle the host's lost lead would have filled (`_sync_stall`), not the host's
     # blocked time, during which the GPU works.
-    stall, per_call = _sync_stall(sync, busy, window) if len(sync) and step_total > 0 else (0.0, None)
+    host = ev[ev["kind"].isin(("cpu_op", "user_annotation")) | ev["cat"].isin(RUNTIME_CATS)]
+    host_ops = np.sort(host["ts_us"].to_numpy(dtype=float))
+    stall, per_call = (
+        _sync_stall(sync, busy, window, host_ops) if len(sync) and step_total > 0 else (0.0, None)
+    )
     sync_pct = 100.0 * stall / step_total if step_total > 0 else 0.0
     shares["sync_bound"] = sync_pct
     # The step's GPU idle (no kernel, copy or memset), % of step time: launch_bound's and idle_gpu's.
