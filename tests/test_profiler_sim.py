@@ -18,7 +18,13 @@ import pytest
 
 from conf import load_settings
 from jobs.simulator import kineto, simulate
-from pipelines.gold.bottlenecks.analyze import _transfer_pct, analyze_rank, collective_waits
+from pipelines.gold.bottlenecks.analyze import (
+    RankAnalysis,
+    _transfer_pct,
+    analyze_rank,
+    collective_waits,
+    job_findings,
+)
 from pipelines.silver.profiler import (
     EVENT_COLUMNS,
     EventTally,
@@ -166,21 +172,27 @@ def test_single_rank_healthy_jobs_get_no_finding(scored) -> None:
     assert {k for res in healthy for k in res.found_kinds} == set()
 
 
-def test_the_warm_up_steps_collectives_are_no_recorded_steps() -> None:
-    """A GPU that lags its host still runs the profiler's warm-up step's all-reduce when the first recorded
-    step starts (its launch is not in the trace). It belongs to no step, the first step's share of it is
-    taken off the steps' time, and the transfer then reads what removing it saves (seed 13, job 19 of
-    the bench's draw: 8 ranks, DDP buckets after the backward, 15 % of the step not overlapped)."""
-    rng = random.Random(13)
-    facts = [kineto.draw_facts(rng, i) for i in range(20)][19]
-    model = kineto.draw_model(facts, 13 * 100_003 + 19)
-    assert "communication_bound" in model.injected and facts.ranks > 1
+def _bench_job(seed: int, job: int) -> tuple[kineto.TraceModel, list[RankAnalysis]]:
+    """Job `job` of bench/profiler_sim.py's draw for `seed`, played, read back and analysed per rank."""
+    rng = random.Random(seed)
+    facts = [kineto.draw_facts(rng, i) for i in range(job + 1)][job]
+    model = kineto.draw_model(facts, seed * 100_003 + job)
     player = kineto.play(model)
     ranks = []
     for r in player.ranks:
         data = json.dumps(kineto.trace_of(player, r.rank)).encode()
         rows = [x for x in read_trace_events(io.BytesIO(data), EventTally()) if not isinstance(x, Reject)]
         ranks.append(analyze_rank(pd.DataFrame(rows, columns=list(EVENT_COLUMNS)), SETTINGS, r.rank))
+    return model, ranks
+
+
+def test_the_warm_up_steps_collectives_are_no_recorded_steps() -> None:
+    """A GPU that lags its host still runs the profiler's warm-up step's all-reduce when the first recorded
+    step starts (its launch is not in the trace). It belongs to no step, the first step's share of it is
+    taken off the steps' time, and the transfer then reads what removing it saves (seed 13, job 19 of
+    the bench's draw: 8 ranks, DDP buckets after the backward, 15 % of the step not overlapped)."""
+    model, ranks = _bench_job(13, 19)
+    assert "communication_bound" in model.injected and model.facts.ranks > 1
     waits = collective_waits(ranks)
     assert waits is not None
     truth = {t["kind"]: t for t in kineto.truth_rows(model, "sim")}
@@ -190,3 +202,18 @@ def test_the_warm_up_steps_collectives_are_no_recorded_steps() -> None:
         assert per_step.tolist() == [model.buckets] * a.steps  # the warm-up's buckets in none
         assert sum(c.step < 0 for c in a.collectives) >= model.buckets and a.carried_us > 0
         assert _transfer_pct(a, waits[a.rank])[0] == pytest.approx(saving, abs=0.5)
+
+
+def test_a_copy_from_pageable_memory_costs_the_lead_it_drains() -> None:
+    """A copy from pageable memory returns only when done, after the GPU has worked off everything queued
+    before it: the host loses its lead as in a sync, and the GPU then idles while it launches the next ops.
+    Seed 13, job 85 of the bench's draw: 4 ranks, a 14 µs pageable copy a step whose own time is 1 % of the
+    step, where pinning it saves 12.6 %."""
+    model, ranks = _bench_job(13, 85)
+    assert not model.pinned and model.h2d_us < 20
+    saving = {t["kind"]: t for t in kineto.truth_rows(model, "sim")}["memcpy_bound"]["saving_pct"]
+    for a in ranks:
+        assert a.shares["memcpy_bound"] == pytest.approx(saving, abs=1.5)
+    found = job_findings(ranks, {a.rank: None for a in ranks}, SETTINGS)
+    copy = next(f for f in found if f.kind == "memcpy_bound")
+    assert copy.figures["critical_pct"] < 2 < 10 < copy.figures["pageable_idle_pct"]

@@ -465,6 +465,35 @@ def _critical_memcpy_pct(
     return 100.0 * total(intersect(subtract(copy_r, kern_r), waited)) / step_total
 
 
+def _pageable_stall(ev: pd.DataFrame, steps: list[tuple[float, float]], line: _Timeline) -> float:
+    """What host-to-device copies from pageable memory cost the GPU beyond the copy (µs). Such a copy's CUDA
+    call returns only when the copy is done, after the GPU has worked off everything queued before it, so
+    the host loses its lead as in a sync (`_sync_stall`): the GPU's busy time during the call on work queued
+    before the copy. The GPU idle
+    after the call, up to the host's next blocking call (a sync or another device-waiting call, which would
+    drain the queue anyway), is what that lead would have filled, up to the lead; plus any idle inside the
+    call. Pinned memory (`pin_memory=True`, `non_blocking=True`) makes the call return at once."""
+    copies = ev[
+        (ev["kind"] == "memcpy") & ev["name"].str.contains("HtoD") & ev["name"].str.contains("Pageable")
+    ]
+    if copies.empty:
+        return 0.0
+    calls = _in_steps(ev[ev["cat"].isin(RUNTIME_CATS) & ev["correlation"].isin(copies["correlation"])], steps)
+    if calls.empty:
+        return 0.0
+    spans = merge(calls["ts_us"].to_numpy(dtype=float), calls["end_us"].to_numpy(dtype=float))
+    idle = subtract(line.window, line.busy)
+    stops = line.blocking[:, 0]
+    k = np.searchsorted(stops, spans[:, 1], side="right")
+    until = np.maximum(spans[:, 1], np.append(stops, line.window[-1, 1])[k])
+    inside = _covered(idle, spans[:, 0], spans[:, 1])
+    # The lead is the work queued before the copy; the copy's own time is the critical share's to count.
+    own = merge(copies["ts_us"].to_numpy(dtype=float), copies["end_us"].to_numpy(dtype=float))
+    lead = _covered(line.busy, spans[:, 0], spans[:, 1]) - _covered(own, spans[:, 0], spans[:, 1])
+    after = _covered(idle, spans[:, 1], until)
+    return float((inside + np.minimum(after, lead)).sum())
+
+
 def _host_waited_for(line: _Timeline) -> Ranges | None:
     """The stretches of GPU work the host waited for: back-to-back work (an op after a gap launched before
     the gap opened is queued, HTA's kernel wait, and continues the stretch) that ends while the host is
@@ -512,9 +541,10 @@ def analyze_rank(
         notes.append("no Python stacks in the trace: record with with_stack=True to get file and line")
     step_total = sb.mean_step_us * sb.steps
     line = _timeline(ev, steps.ranges) if has_gpu and sb.steps else None
+    carried = carried_over_us(ev, steps.ranges, line) if line is not None else 0.0
     if line is not None:
         findings += _rank_findings(
-            ev, steps.ranges, line, sb.pct, step_total, gb, finder, settings, compute_major, shares
+            ev, steps.ranges, line, sb.pct, step_total, carried, gb, finder, settings, compute_major, shares
         )
         if "AMD" in (device_name or "").upper():  # Tensor-Core kernel names are NVIDIA's
             findings = [f for f in findings if f.kind != "low_tensor_core"]
@@ -537,7 +567,7 @@ def analyze_rank(
         notes=notes,
         collectives=collectives_of(ev, steps.ranges, line) if line is not None else [],
         shares=shares,
-        carried_us=carried_over_us(ev, steps.ranges, line) if line is not None else 0.0,
+        carried_us=carried,
         host_floor_us=host_floor_us(ev, steps.ranges, line) if line is not None else None,
     )
 
@@ -548,6 +578,7 @@ def _rank_findings(
     line: _Timeline,
     pct: dict[str, float],
     step_total: float,
+    carried: float,
     gb: Any,
     finder: FrameFinder,
     s: BottleneckSettings,
@@ -639,7 +670,11 @@ def _rank_findings(
             )
         )
     # memcpy_bound
-    memcpy_pct = _critical_memcpy_pct(ev, kernels, line, step_total, pct["memcpy"])
+    # Shares of the steady steps (less the warm-up's GPU work carried into the first): what a fix shortens.
+    steady = step_total - carried
+    critical_pct = _critical_memcpy_pct(ev, kernels, line, steady, pct["memcpy"])
+    pageable_idle_pct = 100.0 * _pageable_stall(ev, steps, line) / steady if steady > 0 else 0.0
+    memcpy_pct = critical_pct + pageable_idle_pct
     shares["memcpy_bound"] = memcpy_pct
     if memcpy_pct >= s.memcpy_pct:
         copies = _in_steps(ev[ev["kind"] == "memcpy"], steps)
@@ -657,12 +692,18 @@ def _rank_findings(
                 "memcpy_bound",
                 None,
                 memcpy_pct,
-                f"memcpy {pct['memcpy']:.1f} % of step time, {memcpy_pct:.1f} % in GPU work the host waited "
-                f"for: {h2d / 2**20:.1f} MiB host-to-device, {d2h / 2**20:.1f} MiB device-to-host, "
-                f"{pageable:.0f} % from pageable memory",
+                f"memcpy {pct['memcpy']:.1f} % of step time, {critical_pct:.1f} % in GPU work the host "
+                f"waited for; GPU idle {pageable_idle_pct:.1f} % after host-to-device copies from pageable "
+                f"memory blocked the host: {h2d / 2**20:.1f} MiB host-to-device, {d2h / 2**20:.1f} MiB "
+                f"device-to-host, {pageable:.0f} % from pageable memory",
                 RULES["memcpy_bound"].fix.format(where=_where(frame), pageable_pct=pageable),
                 frame,
-                {"memcpy_pct": pct["memcpy"], "critical_pct": memcpy_pct, "pageable_pct": pageable},
+                {
+                    "memcpy_pct": pct["memcpy"],
+                    "critical_pct": critical_pct,
+                    "pageable_idle_pct": pageable_idle_pct,
+                    "pageable_pct": pageable,
+                },
             )
         )
     # communication_bound: NCCL kernel time not overlapped with compute kernels
