@@ -176,3 +176,36 @@ def test_spark_verdicts_are_great_expectations_verdicts(spark) -> None:
         assert sorted(by_spark.valid.select(*key).collect()) == sorted(by_gx.valid.select(*key).collect())
     for frame in (jobs, steps, parsed):
         frame.unpersist()
+
+
+def test_gpu_sample_verdicts_in_spark_are_great_expectations_verdicts(spark) -> None:
+    # The DCGM ingest validates a batch of 100,000 samples or more in Spark (`validate_batch`): on a batch
+    # with a utilisation above 100 %, a profiling ratio given as a percentage and a negative power, both paths
+    # keep and reject the same rows with the same reasons and counts.
+    from pyspark.sql import functions as F
+
+    from jobs.io.validate import validate, validate_in_spark
+    from pipelines.schemas import SILVER_GPU_SAMPLES
+    from tests.rows import sample_rows, samples_frame
+
+    rows = sample_rows("7", "g001", "0/a", 55.0, seconds=1200) + sample_rows(
+        "8", "g002", "1/b", 40.0, seconds=600
+    )
+    rows[3]["gpu_util_pct"] = 140.0
+    rows[11]["sm_active_frac"] = 87.0
+    rows[30]["power_w"] = -5.0
+    for i, row in enumerate(rows):
+        row.update(source_file="g001-20260301.prom", line_no=i + 1)
+    frame = samples_frame(spark, rows).withColumn("raw", F.lit("DCGM_FI_DEV_GPU_UTIL 55")).persist()
+    by_gx = validate(frame, SILVER_GPU_SAMPLES.name, "dcgm")
+    by_spark = validate_in_spark(frame, SILVER_GPU_SAMPLES.name, "dcgm")
+    assert (by_spark.rows, by_spark.rejected, by_spark.failures) == (
+        by_gx.rows,
+        by_gx.rejected,
+        by_gx.failures,
+    )
+    assert by_gx.rejected == 3
+    assert sorted(by_spark.rejects.collect()) == sorted(by_gx.rejects.collect())
+    key = ["source_file", "line_no"]
+    assert sorted(by_spark.valid.select(*key).collect()) == sorted(by_gx.valid.select(*key).collect())
+    frame.unpersist()

@@ -70,6 +70,23 @@ def run_suite(table: str, frame: pd.DataFrame) -> list[tuple[str, str, list[int]
     return failed
 
 
+# From this many rows a batch is validated in Spark (`validate_in_spark`: the verdicts compiled to Spark,
+# Great Expectations on a sample) rather than by Great Expectations over the whole batch in pandas. Below
+# it the pandas path is faster: on the 120-job month of tests/data/ingest_equivalence the Spark path made
+# the whole ingest 1.6-1.8x slower (two runs each, same session), its extra Spark jobs costing more than
+# the pandas conversion they save. Above it the pandas path also brings the whole batch to the driver: a
+# million jobs' DCGM samples (82.9M lines) passed spark.driver.maxResultSize (docs/scale.md).
+SPARK_VALIDATE_MIN_ROWS = 100_000
+
+
+def validate_batch(df: DataFrame, rows: int, table: str, source: str) -> Validation:
+    """The batch's verdicts by the faster path for its size, `rows` (same valid rows, quarantine and
+    counts either way); `df` should be persisted."""
+    if rows >= SPARK_VALIDATE_MIN_ROWS:
+        return validate_in_spark(df, table, source)
+    return validate(df, table, source)
+
+
 def validate(df: DataFrame, table: str, source: str) -> Validation:
     """Split a batch bound for `table` into valid rows and quarantine records; raise DataError when the
     batch fails a table-level expectation or more than MAX_REJECT_SHARE of its rows are rejected.

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from jobs.context import Context, UsageError
 from jobs.io.tables import merge_into, read_table, sql_string
-from jobs.io.validate import validate
+from jobs.io.validate import validate_batch
 from jobs.stages.ingest.common import (
     IngestReport,
     InputRef,
@@ -145,7 +145,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str) -> IngestReport:
     # A sample's metrics come on one line each: the sample counts once, its other lines are folded into it.
     samples = sum(r["samples"] for r in summary)
     report.tables["lines folded into samples"] = {"lines": kept_lines - report.superseded - samples}
-    checked_rows = validate(rows, SILVER_GPU_SAMPLES.name, "dcgm")
+    checked_rows = validate_batch(rows, samples, SILVER_GPU_SAMPLES.name, "dcgm")
     if summary:
         lo, hi = min(r["lo"] for r in summary), max(r["hi"] for r in summary)
         span = f"t.cluster = {sql_string(cluster)} AND t.ts BETWEEN '{lo}' AND '{hi}'"

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from jobs.context import Context, DataError, UsageError
 from jobs.io.tables import MergeCounts, conform, key_bounds, merge_into, read_table, table_exists
-from jobs.io.validate import Validation, validate, validate_in_spark
+from jobs.io.validate import validate_batch
 from jobs.stages.ingest.common import (
     IngestReport,
     InputRef,
@@ -91,21 +91,6 @@ class _PhaseClock:
         now = time.perf_counter()
         self._into[name] = round(self._into.get(name, 0.0) + now - self._last, 3)
         self._last = now
-
-
-# From this many rows a batch is validated in Spark (`validate_in_spark`: the verdicts compiled to Spark,
-# Great Expectations on a sample) rather than by Great Expectations over the whole batch in pandas. Below
-# it the pandas path is faster: on the 120-job month of tests/data/ingest_equivalence the Spark path made
-# the whole ingest 1.6-1.8x slower (two runs each, same session), its extra Spark jobs costing more than
-# the pandas conversion they save.
-SPARK_VALIDATE_MIN_ROWS = 100_000
-
-
-def _validate(rows: DataFrame, n: int, table: str) -> Validation:
-    """The batch's verdicts, by the faster path for its size (same valid rows, quarantine and counts)."""
-    if n >= SPARK_VALIDATE_MIN_ROWS:
-        return validate_in_spark(rows, table, SOURCE)
-    return validate(rows, table, SOURCE)
 
 
 def _layouts(files: Sequence[InputRef], fmt: tuple[str, ...] | None) -> dict[str, sacct.Layout]:
@@ -224,7 +209,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
     steps = steps.persist(StorageLevel.MEMORY_AND_DISK)
     n_steps = steps.count()
     clock.lap("dedup")
-    checked_steps = _validate(steps, n_steps, SILVER_JOB_STEPS.name)
+    checked_steps = validate_batch(steps, n_steps, SILVER_JOB_STEPS.name, SOURCE)
     clock.lap("validate")
     # A job's peaks come from its steps that passed validation (a rejected step's values are not trusted).
     jobs = sacct.filter_latest(sacct.with_jobs(parsed, checked_steps.valid), SILVER_JOBS)
@@ -234,7 +219,7 @@ def run(ctx: Context, paths: Sequence[str], cluster: str, fmt: str | None = None
     jobs = jobs.persist(StorageLevel.MEMORY_AND_DISK)
     n_jobs = jobs.count()
     clock.lap("dedup")
-    checked_jobs = _validate(jobs, n_jobs, SILVER_JOBS.name)
+    checked_jobs = validate_batch(jobs, n_jobs, SILVER_JOBS.name, SOURCE)
     clock.lap("validate")
     # Rows of a key beaten by a newer row of the same key in this batch.
     superseded_in_batch = kinds[sacct.JOB] - checked_jobs.rows + kinds[sacct.STEP] - checked_steps.rows
