@@ -287,8 +287,14 @@ def report(runs: list[dict]) -> list[str]:
             s = r["stages"].get(name)
             cells.append(f"{s['seconds']:>7.1f} s {s['python_mib']:>5}/{s['jvm_mib']:>5}M" if s else " " * 21)
         lines.append(f"{name:<20}" + "".join(cells))
-    totals = [sum(s["seconds"] for s in r["stages"].values()) for r in runs]
-    lines.append(f"{'total':<20}" + "".join(f"{t:>17.1f} s   " for t in totals))
+    # A run measured over sittings may still lack stages: its sum is no total.
+    totals = [
+        f"{sum(s['seconds'] for s in r['stages'].values()):>17.1f} s   "
+        if len(r["stages"]) == len(names)
+        else "partial, {} of {}".format(len(r["stages"]), len(names)).rjust(21)
+        for r in runs
+    ]
+    lines.append(f"{'total':<20}" + "".join(totals))
     lines.append(f"{'DCGM lines':<20}" + "".join(f"{r['dcgm_lines']:>21,}" for r in runs))
     lines.append("(seconds, then peak RSS of the Python driver / its JVM in MiB)")
     lines.extend(same_day_ratios(runs, names))
