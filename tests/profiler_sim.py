@@ -13,7 +13,7 @@ import pandas as pd
 
 from conf import BottleneckSettings
 from jobs.simulator.kineto import CAUSES, TraceModel, draw_facts, draw_model, play, trace_of, truth_rows
-from pipelines.gold.bottlenecks.analyze import Finding, analyze_rank, job_findings
+from pipelines.gold.bottlenecks.analyze import Finding, RankAnalysis, analyze_rank, job_findings
 from pipelines.silver.profiler import EVENT_COLUMNS, EventTally, Reject, read_trace_events, read_trace_meta
 
 # Kinds the detector may report that the simulation never injects: any of them is a false finding.
@@ -76,8 +76,9 @@ class Score:
         return "\n".join(rows)
 
 
-def analyse_model(model: TraceModel, settings: BottleneckSettings) -> JobResult:
-    """Play a model, read each rank's trace back as Kineto JSON and analyse it."""
+def analyse_ranks(model: TraceModel, settings: BottleneckSettings) -> tuple[list[RankAnalysis], int]:
+    """Play a model, read each rank's trace back as Kineto JSON and analyse it: the ranks' analyses and
+    the events read."""
     player = play(model)
     ranks, n_events = [], 0
     for r in player.ranks:
@@ -88,6 +89,12 @@ def analyse_model(model: TraceModel, settings: BottleneckSettings) -> JobResult:
         n_events += len(rows)
         events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
         ranks.append(analyze_rank(events, settings, r.rank, meta.compute_major, meta.device_name))
+    return ranks, n_events
+
+
+def analyse_model(model: TraceModel, settings: BottleneckSettings) -> JobResult:
+    """`analyse_ranks`, then the job's findings beside the model's truth."""
+    ranks, n_events = analyse_ranks(model, settings)
     hosts = {a.rank: None for a in ranks}
     return JobResult(model, truth_rows(model, "sim"), job_findings(ranks, hosts, settings), n_events)
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import ast
 import csv
 import gzip
-import io
-import json
 import random
 from pathlib import Path
 
@@ -21,19 +19,17 @@ from jobs.simulator import kineto, simulate
 from pipelines.gold.bottlenecks.analyze import (
     RankAnalysis,
     _transfer_pct,
-    analyze_rank,
     collective_waits,
     job_findings,
 )
 from pipelines.silver.profiler import (
-    EVENT_COLUMNS,
     EventTally,
     Reject,
     job_id_in_path,
     read_trace_events,
     read_trace_meta,
 )
-from tests.profiler_sim import simulate_and_score
+from tests.profiler_sim import analyse_ranks, simulate_and_score
 
 SETTINGS = load_settings({}).bottlenecks
 N_JOBS, SEED = 60, 3
@@ -177,13 +173,7 @@ def _bench_job(seed: int, job: int) -> tuple[kineto.TraceModel, list[RankAnalysi
     rng = random.Random(seed)
     facts = [kineto.draw_facts(rng, i) for i in range(job + 1)][job]
     model = kineto.draw_model(facts, seed * 100_003 + job)
-    player = kineto.play(model)
-    ranks = []
-    for r in player.ranks:
-        data = json.dumps(kineto.trace_of(player, r.rank)).encode()
-        rows = [x for x in read_trace_events(io.BytesIO(data), EventTally()) if not isinstance(x, Reject)]
-        ranks.append(analyze_rank(pd.DataFrame(rows, columns=list(EVENT_COLUMNS)), SETTINGS, r.rank))
-    return model, ranks
+    return model, analyse_ranks(model, SETTINGS)[0]
 
 
 def test_the_warm_up_steps_collectives_are_no_recorded_steps() -> None:
